@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a machine with Python 3.11, make and git:
+#   make run    create .venv if missing, install the project, run the main job
+#   make test   the same set-up, then the test suite (unit + real-weights tiers)
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_TEXT := The quick brown fox jumped over the lazy dog.
+
+.PHONY: run test test-unit test-slow lint clean-venv
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/kokoro-tvm say "$(DEMO_TEXT)" --voice jm_kumo -o outputs/demo.wav
+
+test: $(STAMP)
+	$(BIN)/ruff check kokoro_tvm tests
+	$(BIN)/python -m pytest
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -m "not real"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+lint: $(STAMP)
+	$(BIN)/ruff check kokoro_tvm tests
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,68 @@
+"""The environment descriptions agree, and importing kokoro_tvm changes nothing in torch, kokoro or TVM."""
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _pins(requirements):
+    out = {}
+    for req in requirements:
+        m = re.fullmatch(r"([A-Za-z0-9_.\-\[\]]+)==(\S+)", req.strip())
+        if m:
+            out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+def test_environment_yml_pins_match_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    pyproject_pins, conda_pins = _pins(project["dependencies"]), _pins(pip_section)
+    assert conda_pins == pyproject_pins
+    assert {"torch", "apache-tvm", "apache-tvm-ffi", "kokoro"} <= set(pyproject_pins)
+    assert any(line.startswith("-e .") for line in pip_section), "the pip section must install the project"
+    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
+    assert python == "python=3.11"
+
+
+_PROBE = r"""
+import json, sys
+import torch, torch.nn.functional as F, kokoro, kokoro.istftnet, kokoro.modules, tvm, tvm.relax
+import tvm.relax.frontend.torch
+def snapshot():
+    return {
+        "pack_padded_sequence": id(torch.nn.utils.rnn.pack_padded_sequence),
+        "pad_packed_sequence": id(torch.nn.utils.rnn.pad_packed_sequence),
+        "LSTM.forward": id(torch.nn.LSTM.forward),
+        "interpolate": id(F.interpolate),
+        "torch.rand": id(torch.rand), "randn_like": id(torch.randn_like),
+        "SineGen.forward": id(kokoro.istftnet.SineGen.forward),
+        "AdaIN1d.forward": id(kokoro.istftnet.AdaIN1d.forward),
+        "InstanceNorm1d.forward": id(torch.nn.InstanceNorm1d.forward),
+        "TextEncoder.forward": id(kokoro.modules.TextEncoder.forward),
+        "default_dtype": str(torch.get_default_dtype()),
+        "from_exported_program": id(tvm.relax.frontend.torch.from_exported_program),
+        "relax_op_names": sorted(n for n in dir(tvm.relax.op) if not n.startswith("_")),
+    }
+before = snapshot()
+import pkgutil, importlib, kokoro_tvm
+for m in pkgutil.walk_packages(kokoro_tvm.__path__, "kokoro_tvm."):
+    importlib.import_module(m.name)
+after = snapshot()
+print(json.dumps({k: before[k] == after[k] for k in before}))
+"""
+
+
+def test_importing_kokoro_tvm_changes_nothing():
+    result = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    unchanged = json.loads(result.stdout.strip().splitlines()[-1])
+    assert all(unchanged.values()), {k: v for k, v in unchanged.items() if not v}
