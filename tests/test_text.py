@@ -1,0 +1,98 @@
+import pytest
+
+from kokoro_tvm.config import MAX_PHONEMES, load_vocab
+from kokoro_tvm.text import (
+    EmptyTextError,
+    UnknownSymbolError,
+    prepare,
+    split_phonemes,
+    text_to_phonemes,
+    tokenize,
+)
+
+
+def test_text_to_tokens_round_trip():
+    chunks = prepare(text="Hello world.")
+    assert len(chunks) == 1
+    vocab = load_vocab()
+    inverse = {i: s for s, i in vocab.items()}
+    assert "".join(inverse[i] for i in chunks[0].token_ids) == chunks[0].phonemes
+    assert chunks[0].padded_ids[0] == 0 and chunks[0].padded_ids[-1] == 0
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t", "?!...", "— … ,;:", "“”()"])
+def test_empty_or_punctuation_only_text_is_rejected(text):
+    with pytest.raises(EmptyTextError, match="nothing to say"):
+        prepare(text=text)
+
+
+@pytest.mark.parametrize("phonemes", ["", "  ", "...", "!?"])
+def test_empty_phonemes_are_rejected(phonemes):
+    with pytest.raises(EmptyTextError):
+        prepare(phonemes=phonemes)
+
+
+def test_unknown_symbols_are_all_reported_not_dropped():
+    with pytest.raises(UnknownSymbolError) as info:
+        prepare(phonemes="hɛlˈO ☃ wˈɜːld € ☃")
+    assert set(info.value.unknown) == {"☃", "€"}
+    assert info.value.unknown["☃"] == [6, 17]
+    assert "U+2603" in str(info.value)
+
+
+def test_raw_phonemes_are_accepted():
+    chunks = prepare(phonemes="həlˈO wˈɜːld.")
+    assert chunks[0].token_ids == tokenize("həlˈO wˈɜːld.")
+
+
+def _sentences(n):
+    words = "ðə kwˈɪk bɹˈWn fˈɑːks ʤˈʌmpt ˌOvɚ ðə lˈAzi dˈɑːɡ"
+    return " ".join(f"{words} {i % 10}." for i in range(n))
+
+
+def _no_loss(pieces, original):
+    return "".join(p.replace(" ", "") for p in pieces) == original.replace(" ", "")
+
+
+def test_long_phonemes_split_at_sentence_ends():
+    phonemes = _sentences(40)  # ~2000 symbols
+    pieces = split_phonemes(phonemes)
+    assert len(pieces) >= 4
+    assert all(len(p) <= MAX_PHONEMES for p in pieces)
+    assert all(p.endswith(".") for p in pieces)
+    assert " ".join(pieces) == phonemes
+
+
+def test_one_long_sentence_splits_at_commas_then_spaces():
+    clause = "ðə kwˈɪk bɹˈWn fˈɑːks ʤˈʌmpt, "
+    phonemes = (clause * 40).strip()
+    pieces = split_phonemes(phonemes)
+    assert all(len(p) <= MAX_PHONEMES for p in pieces)
+    assert all(p.endswith(",") for p in pieces[:-1])
+    assert _no_loss(pieces, phonemes)
+    words_only = " ".join(["ʤˈʌmpt"] * 200)
+    pieces = split_phonemes(words_only)
+    assert all(len(p) <= MAX_PHONEMES and not p.startswith(" ") for p in pieces)
+    assert " ".join(pieces) == words_only
+
+
+def test_no_boundary_at_all_still_loses_nothing():
+    phonemes = "a" * 1200
+    pieces = split_phonemes(phonemes)
+    assert [len(p) for p in pieces] == [510, 510, 180]
+    assert _no_loss(pieces, phonemes)
+
+
+def test_long_text_becomes_several_chunks_of_at_most_510_tokens():
+    text = " ".join(f"Sentence number {i} is here to make this text long enough to split." for i in range(30))
+    chunks = prepare(text=text)
+    assert len(chunks) > 1
+    assert all(1 <= len(c.token_ids) <= MAX_PHONEMES for c in chunks)
+    assert _no_loss([c.phonemes for c in chunks], text_to_phonemes(text))
+
+
+def test_exactly_one_of_text_or_phonemes():
+    with pytest.raises(TypeError):
+        prepare()
+    with pytest.raises(TypeError):
+        prepare(text="a", phonemes="a")
