@@ -1,0 +1,37 @@
+import numpy as np
+import pytest
+
+from kokoro_tvm.noise import N_HARMONICS, GivenNoise, SeededNoise, SineNoise, ZeroNoise, noise_source
+
+
+def test_seeded_noise_is_reproducible_and_streams_differ():
+    a = SeededNoise(3).sine_noise(1200, stream=0)
+    b = SeededNoise(3).sine_noise(1200, stream=0)
+    c = SeededNoise(3).sine_noise(1200, stream=1)
+    assert np.array_equal(a.additive, b.additive) and np.array_equal(a.initial_phase, b.initial_phase)
+    assert not np.array_equal(a.additive, c.additive)
+    assert a.additive.shape == (1, 1200, N_HARMONICS)
+    assert a.initial_phase[0, 0] == 0 and np.all((a.initial_phase >= 0) & (a.initial_phase < 1))
+
+
+def test_zero_noise_is_zero():
+    z = ZeroNoise().sine_noise(600, batch=2)
+    assert z.additive.shape == (2, 600, N_HARMONICS) and not z.additive.any() and not z.initial_phase.any()
+
+
+def test_given_noise_must_fit_the_utterance():
+    given = GivenNoise(SineNoise(np.zeros((1, N_HARMONICS)), np.zeros((1, 600, N_HARMONICS))))
+    assert given.sine_noise(600).n_samples == 600
+    with pytest.raises(ValueError, match="1200"):
+        given.sine_noise(1200)
+    with pytest.raises(ValueError):
+        SineNoise(np.zeros((1, 3)), np.zeros((1, 600, N_HARMONICS)))
+
+
+def test_noise_source_parsing():
+    assert isinstance(noise_source("zero"), ZeroNoise)
+    assert noise_source("seeded:12").seed == 12
+    assert noise_source(5).description == "seeded:5"
+    for bad in ["random", "seeded:x", True, None]:
+        with pytest.raises(ValueError):
+            noise_source(bad)
