@@ -1,0 +1,115 @@
+"""`kokoro-tvm` command line: say, weights.
+
+Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
+`kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from kokoro_tvm import __version__
+
+log = logging.getLogger("kokoro_tvm.cli")
+
+EXIT_USAGE = 2
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from kokoro_tvm._packages import MissingPackageError
+    from kokoro_tvm.onnx_int8 import CorruptModelError
+    from kokoro_tvm.text import TextError
+    from kokoro_tvm.voices import UnknownVoiceError
+    from kokoro_tvm.weights import WeightsError
+
+    return (TextError, UnknownVoiceError, WeightsError, CorruptModelError, MissingPackageError, ValueError, OSError)
+
+
+def cmd_say(args: argparse.Namespace) -> int:
+    from kokoro_tvm.audio_io import write_wav
+    from kokoro_tvm.synthesis import synthesize
+
+    start = time.perf_counter()
+    noise = "zero" if args.zero_noise else args.seed
+    kwargs = {"phonemes": args.text} if args.phonemes else {"text": args.text}
+    speech = synthesize(
+        **kwargs, voice=args.voice, speed=args.speed, noise=noise, backend=args.backend, weights=args.weights
+    )
+    path = write_wav(
+        args.output,
+        speech.audio,
+        speech.metadata["sample_rate"],
+        fmt=args.format,
+        metadata=dict(speech.metadata, wav_format=args.format, kokoro_tvm=__version__),
+    )
+    log.info(
+        "wrote %s: %.2f s of audio, %d chunk(s), voice %s, backend %s, weights %s (%.1f s)",
+        path,
+        speech.seconds,
+        len(speech.chunks),
+        speech.metadata["voice"],
+        speech.metadata["backend"],
+        speech.metadata["weights"]["source"],
+        time.perf_counter() - start,
+    )
+    print(path)
+    return 0
+
+
+def cmd_weights(args: argparse.Namespace) -> int:
+    from kokoro_tvm.weights import load_weights
+
+    info, _ = load_weights(args.weights)
+    print(json.dumps(info.as_dict()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kokoro_tvm.audio_io import WAV_FORMATS
+    from kokoro_tvm.synthesis import BACKENDS
+    from kokoro_tvm.voices import DEFAULT_VOICE
+
+    parser = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kokoro-tvm {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    say = sub.add_parser("say", help="synthesize speech into a WAV file")
+    say.add_argument("text", help="English text (or phonemes with --phonemes)")
+    say.add_argument("-o", "--output", required=True, help="WAV file to write")
+    say.add_argument("--voice", default=DEFAULT_VOICE)
+    say.add_argument("--speed", type=float, default=1.0)
+    say.add_argument("--backend", choices=BACKENDS, default="torch")
+    say.add_argument("--phonemes", action="store_true", help="TEXT is a Kokoro phoneme string")
+    say.add_argument("--seed", type=int, default=0, help="seed of SineGen's noise (default 0)")
+    say.add_argument("--zero-noise", action="store_true", help="no SineGen noise at all")
+    say.add_argument("--format", choices=WAV_FORMATS, default="float32", help="WAV sample format")
+    say.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    say.set_defaults(func=cmd_say)
+
+    weights = sub.add_parser("weights", help="resolve the weights and print one JSON line about them")
+    weights.add_argument("--weights", help="an explicit weights file")
+    weights.set_defaults(func=cmd_weights)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        return args.func(args)
+    except _user_errors() as exc:
+        print(f"kokoro-tvm: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Text to speech through a chosen backend: chunks in, one waveform out.
+
+A backend turns one chunk (padded token ids, a style row, speed, noise) into audio. Long text is split by the
+text front-end; the chunks' audio is concatenated in order, every sample kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.noise import NoiseSource, noise_source
+from kokoro_tvm.text import Chunk, prepare
+from kokoro_tvm.voices import DEFAULT_VOICE, load_voice
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("torch",)
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+
+
+@dataclass
+class Speech:
+    audio: np.ndarray  # float32 [samples] at SAMPLE_RATE
+    chunks: list[Chunk]
+    durations: list[np.ndarray]  # frames per token, per chunk
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return self.audio.shape[0] / SAMPLE_RATE
+
+
+class TorchBackend:
+    """PyTorch pt.dynamic (kokoro_tvm.reference) on the resolved weights."""
+
+    name = "torch"
+
+    def __init__(self, model, weights):
+        self.model, self.weights = model, weights  # a KModel and its WeightsInfo
+
+    @classmethod
+    def load(cls, weights=None) -> TorchBackend:
+        from kokoro_tvm.weights import load_kmodel
+
+        return cls(*load_kmodel(weights))
+
+    def speak(self, chunk: Chunk, style: np.ndarray, speed: float, noise: NoiseSource, stream: int):
+        from kokoro_tvm.reference import run_stages
+
+        stages = run_stages(self.model, chunk.padded_ids, style, speed=speed, noise=noise, stream=stream)
+        return stages.audio, stages.durations
+
+
+def make_backend(name: str, weights=None):
+    if name == "torch":
+        return TorchBackend.load(weights)
+    raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+
+
+def check_speed(speed: float) -> float:
+    if not (isinstance(speed, (int, float)) and math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
+        raise ValueError(f"speed must be a number in [{MIN_SPEED}, {MAX_SPEED}], got {speed!r}")
+    return float(speed)
+
+
+def synthesize(
+    text: str | None = None,
+    *,
+    phonemes: str | None = None,
+    voice: str = DEFAULT_VOICE,
+    speed: float = 1.0,
+    noise: str | int | NoiseSource = 0,
+    backend="torch",
+    weights=None,
+) -> Speech:
+    """Speak `text` (or a raw phoneme string). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
+    `backend`: a name (built after the input is validated) or a backend object."""
+    speed = check_speed(speed)
+    noise = noise_source(noise)
+    chunks = prepare(text=text, phonemes=phonemes)
+    pack = load_voice(voice)
+    if isinstance(backend, str):
+        backend = make_backend(backend, weights=weights)
+    pieces, durations = [], []
+    for i, chunk in enumerate(chunks):
+        audio, dur = backend.speak(chunk, pack.style(len(chunk.phonemes)), speed, noise, stream=i)
+        pieces.append(np.asarray(audio, dtype=np.float32).reshape(-1))
+        durations.append(np.asarray(dur))
+    metadata = {
+        "text": text,
+        "phonemes": [c.phonemes for c in chunks],
+        "voice": pack.name,
+        "voice_source": pack.source,
+        "speed": speed,
+        "noise": noise.description,
+        "backend": backend.name,
+        "weights": backend.weights.as_dict(),
+        "sample_rate": SAMPLE_RATE,
+    }
+    return Speech(np.concatenate(pieces), chunks, durations, metadata)

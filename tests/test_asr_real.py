@@ -1,0 +1,35 @@
+"""Real-weights tier, end to end: `kokoro-tvm say` with jm_kumo, transcribed back by pocketsphinx."""
+
+import json
+
+import pytest
+
+from kokoro_tvm.asr import transcribe, words
+from kokoro_tvm.audio_io import read_wav
+from kokoro_tvm.cli import main
+
+pytestmark = pytest.mark.real
+
+
+@pytest.mark.parametrize("text", ["hello world", "one two three four five"])
+def test_spoken_words_come_back(text, tmp_path, capsys):
+    out = tmp_path / "speech.wav"
+    assert main(["-q", "say", text, "--voice", "jm_kumo", "-o", str(out)]) == 0
+    audio, rate = read_wav(out)
+    assert rate == 24_000 and audio.dtype.name == "float32"
+    metadata = json.loads(out.with_suffix(".json").read_text())
+    assert metadata["voice"] == "jm_kumo" and metadata["noise"] == "seeded:0"
+    assert metadata["weights"]["fingerprint"] and metadata["weights"]["source"]
+    heard = transcribe(audio, rate).split()
+    assert set(words(text)) <= set(heard), f"said {text!r}, heard {' '.join(heard)!r}"
+
+
+def test_long_text_is_chunked_and_nothing_is_lost(tmp_path, kmodel):
+    from kokoro_tvm.synthesis import TorchBackend, synthesize
+
+    backend = TorchBackend(*kmodel)
+    text = " ".join(["The birch canoe slid on the smooth planks."] * 14)  # > 510 phonemes
+    speech = synthesize(text, voice="jm_kumo", backend=backend)
+    assert len(speech.chunks) >= 2
+    per_chunk_frames = [int(d.sum()) for d in speech.durations]
+    assert speech.audio.shape[0] == 600 * sum(per_chunk_frames)

@@ -1,0 +1,57 @@
+"""CLI errors: one clear line, exit status 2, no traceback, and no model loaded before input is validated."""
+
+import json
+
+import pytest
+import torch
+
+from kokoro_tvm.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["say", "", "-o", "x.wav"], "nothing to say"),
+        (["say", "?!", "-o", "x.wav"], "nothing to say"),
+        (["say", "hello", "--voice", "af_nobody", "-o", "x.wav"], "unknown voice 'af_nobody'"),
+        (["say", "hɛlO ☃", "--phonemes", "-o", "x.wav"], "not in Kokoro's vocabulary"),
+        (["say", "hello", "--speed", "0", "-o", "x.wav"], "speed must be"),
+        (["say", "hello", "--speed", "nan", "-o", "x.wav"], "speed must be"),
+        (["weights", "--weights", "/does/not/exist.pth"], "does not exist"),
+    ],
+)
+def test_bad_input_gives_one_clear_error(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_corrupt_or_foreign_weights_file_is_rejected(capsys, tmp_path):
+    garbage = tmp_path / "garbage.pth"
+    garbage.write_bytes(b"\x80\x02not a checkpoint" * 10)
+    assert main(["weights", "--weights", str(garbage)]) == 2
+    assert "cannot read weights file" in capsys.readouterr().err
+    foreign = tmp_path / "foreign.pth"
+    torch.save({"some": {"thing": torch.zeros(2)}}, foreign)
+    assert main(["weights", "--weights", str(foreign)]) == 2
+    assert "not a Kokoro weights file" in capsys.readouterr().err
+
+
+def test_unknown_backend_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["say", "hello", "--backend", "nope", "-o", "x.wav"])
+    assert exc.value.code == 2
+
+
+def test_weights_prints_one_json_line_for_an_explicit_file(capsys, tmp_path):
+    from kokoro_tvm.weights import TOP_MODULES, fingerprint
+
+    state = {top: {"w": torch.arange(4, dtype=torch.float32)} for top in TOP_MODULES}
+    path = tmp_path / "tiny.pth"
+    torch.save(state, path)
+    assert main(["weights", "--weights", str(path)]) == 0
+    line = json.loads(capsys.readouterr().out.strip())
+    assert line["source"] == "explicit" and line["path"] == str(path)
+    assert line["fingerprint"] == fingerprint(state) and line["n_keys"] == len(TOP_MODULES)
