@@ -86,18 +86,23 @@ class ExplicitNoiseSource(torch.nn.Module):
 
 
 @contextlib.contextmanager
-def explicit_sine_noise(decoder: torch.nn.Module, noise: SineNoise):
-    """Run `decoder` with SineGen's randomness taken from `noise`; restores the stock module on exit."""
+def explicit_sine_noise_tensors(decoder: torch.nn.Module, initial_phase: torch.Tensor, additive: torch.Tensor):
+    """Run `decoder` with SineGen's randomness taken from the given tensors; restores the stock module."""
     generator = decoder.generator
     stock = generator.m_source
-    dtype = next(decoder.parameters()).dtype
-    generator.m_source = ExplicitNoiseSource(
-        stock, torch.as_tensor(noise.initial_phase, dtype=dtype), torch.as_tensor(noise.additive, dtype=dtype)
-    )
+    generator.m_source = ExplicitNoiseSource(stock, initial_phase, additive)
     try:
         yield generator.m_source
     finally:
         generator.m_source = stock
+
+
+def explicit_sine_noise(decoder: torch.nn.Module, noise: SineNoise):
+    """explicit_sine_noise_tensors with a SineNoise, cast to the decoder's dtype."""
+    dtype = next(decoder.parameters()).dtype
+    return explicit_sine_noise_tensors(
+        decoder, torch.as_tensor(noise.initial_phase, dtype=dtype), torch.as_tensor(noise.additive, dtype=dtype)
+    )
 
 
 @contextlib.contextmanager

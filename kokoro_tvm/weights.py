@@ -204,4 +204,20 @@ def load_kmodel(weights: str | os.PathLike | None = None, disable_complex: bool 
             getattr(model, top).load_state_dict(state_dict, strict=True)
         except RuntimeError as exc:
             raise WeightsError(f"weights at {info.path} do not fit KModel's {top}: {exc}") from exc
+    if disable_complex:
+        exact_stft_bases(model.decoder.generator.stft)
     return model.eval().to(dtype), info
+
+
+def exact_stft_bases(stft) -> None:
+    """Zero the DFT basis rows that are exactly 0 in exact arithmetic (sin(pi k n / N) at k = 0 and k = N/2).
+
+    kokoro's CustomSTFT computes them as about 1e-15 instead: the Nyquist bin's imaginary part is then a sum
+    of tiny terms whose sign depends on summation order, so its phase flips between +pi and -pi from one
+    backend (or precision) to the next. With exact zeros every backend computes the same phase.
+    """
+    with torch.no_grad():
+        for name in ("weight_forward_imag", "weight_backward_imag"):
+            basis = getattr(stft, name)  # [n_fft / 2 + 1, 1, n_fft]
+            basis[0].zero_()
+            basis[-1].zero_()

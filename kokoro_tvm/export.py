@@ -1,0 +1,212 @@
+"""torch side of compilation: the five component wrappers and the reversible patches export needs.
+
+Components (batch B, T tokens, F aligned frames; every length input is int64 [B]):
+1. albert        input_ids [B, T], attention_mask [B, T]               -> d_en [B, 512, T]
+2. duration      d_en [B, 512, T], style [B, 128], token_lengths        -> duration_logits [B, T, 50], d [B, T, 640]
+3. f0n           en [B, 640, F], style [B, 128], frame_lengths          -> F0 [B, 2F], N [B, 2F]
+4. text_encoder  input_ids [B, T], token_lengths                        -> t_en [B, 512, T]
+5. decoder       asr [B, 512, F], F0 [B, 2F], N [B, 2F], style [B, 128], initial_phase [B, 9],
+                 additive_noise [B, 600 F, 9]                           -> audio [B, 600 F]
+
+The wrappers call kokoro's own sub-modules; only the glue around the six LSTMs is rewritten, because kokoro
+packs sequences inline (`pack_padded_sequence` does not export): each LSTM becomes the length-aware custom op
+`kokoro_tvm::masked_lstm`, which export keeps whole. Host-side steps (durations -> alignment) stay outside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kokoro_tvm.config import SAMPLES_PER_FRAME
+from kokoro_tvm.noise import N_HARMONICS
+from kokoro_tvm.ops.lstm import masked_lstm
+from kokoro_tvm.reference import explicit_sine_noise_tensors
+
+COMPONENTS = ("albert", "duration", "f0n", "text_encoder", "decoder")
+
+
+def padding_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """[B, steps] bool, True where the step is padding (index >= length)."""
+    return torch.arange(steps, device=lengths.device)[None, :] >= lengths[:, None]
+
+
+class AlbertComponent(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.bert, self.bert_encoder = model.bert, model.bert_encoder
+
+    def forward(self, input_ids, attention_mask):
+        return self.bert_encoder(self.bert(input_ids, attention_mask=attention_mask)).transpose(-1, -2)
+
+
+class DurationComponent(torch.nn.Module):
+    """predictor.text_encoder (DurationEncoder) + predictor.lstm + duration_proj."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.encoder = model.predictor.text_encoder
+        self.lstm, self.duration_proj = model.predictor.lstm, model.predictor.duration_proj
+
+    def forward(self, d_en, style, token_lengths):
+        steps = d_en.shape[-1]
+        pad = padding_mask(token_lengths, steps)  # [B, T]
+        s = style[None].expand(steps, -1, -1)  # [T, B, 128]
+        x = torch.cat([d_en.permute(2, 0, 1), s], dim=-1)  # [T, B, 640]
+        x = x.masked_fill(pad.T[..., None], 0.0).permute(1, 2, 0)  # [B, 640, T]
+        for block in self.encoder.lstms:
+            if isinstance(block, torch.nn.LSTM):
+                x = masked_lstm(x.transpose(-1, -2), token_lengths, block).transpose(-1, -2)  # [B, 512, T]
+            else:  # AdaLayerNorm, then the style is appended again
+                x = block(x.transpose(-1, -2), style).transpose(-1, -2)
+                x = torch.cat([x, s.permute(1, 2, 0)], dim=1).masked_fill(pad[:, None, :], 0.0)
+        d = x.transpose(-1, -2)  # [B, T, 640]
+        duration_logits = self.duration_proj(masked_lstm(d, token_lengths, self.lstm))
+        return duration_logits, d
+
+
+class F0NComponent(torch.nn.Module):
+    """predictor.F0Ntrain: shared LSTM, then the F0 and N AdaIN branches (x2 upsampling inside)."""
+
+    def __init__(self, model):
+        super().__init__()
+        p = model.predictor
+        self.shared, self.F0, self.N, self.F0_proj, self.N_proj = p.shared, p.F0, p.N, p.F0_proj, p.N_proj
+
+    def forward(self, en, style, frame_lengths):
+        x = masked_lstm(en.transpose(-1, -2), frame_lengths, self.shared).transpose(-1, -2)  # [B, 512, F]
+        f0, n = x, x
+        for block in self.F0:
+            f0 = block(f0, style)
+        for block in self.N:
+            n = block(n, style)
+        return self.F0_proj(f0).squeeze(1), self.N_proj(n).squeeze(1)
+
+
+class TextEncoderComponent(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.text_encoder = model.text_encoder
+
+    def forward(self, input_ids, token_lengths):
+        enc = self.text_encoder
+        pad = padding_mask(token_lengths, input_ids.shape[1])[:, None, :]  # [B, 1, T]
+        x = enc.embedding(input_ids).transpose(1, 2).masked_fill(pad, 0.0)  # [B, 512, T]
+        for cnn in enc.cnn:
+            x = cnn(x).masked_fill(pad, 0.0)
+        x = masked_lstm(x.transpose(1, 2), token_lengths, enc.lstm).transpose(-1, -2)
+        return x.masked_fill(pad, 0.0)
+
+
+class DecoderComponent(torch.nn.Module):
+    """kokoro's Decoder with SineGen's randomness as inputs (see reference.ExplicitNoiseSource)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.decoder = model.decoder
+
+    def forward(self, asr, F0, N, style, initial_phase, additive_noise):
+        with explicit_sine_noise_tensors(self.decoder, initial_phase, additive_noise):
+            audio = self.decoder(asr, F0, N, style)
+        return audio.reshape(audio.shape[0], -1)
+
+
+_WRAPPERS = {
+    "albert": AlbertComponent,
+    "duration": DurationComponent,
+    "f0n": F0NComponent,
+    "text_encoder": TextEncoderComponent,
+    "decoder": DecoderComponent,
+}
+
+
+@dataclass(frozen=True)
+class ComponentShape:
+    """Static shape of one build: batch, tokens T (albert, duration, text_encoder) or frames F (f0n, decoder)."""
+
+    component: str
+    length: int
+    batch: int = 1
+
+    def __post_init__(self):
+        if self.component not in COMPONENTS:
+            raise ValueError(f"unknown component {self.component!r}; choose from {COMPONENTS}")
+        if self.length < 1 or self.batch < 1:
+            raise ValueError(f"length and batch must be positive, got {self.length}, {self.batch}")
+
+
+def component_module(model, component: str) -> torch.nn.Module:
+    return _WRAPPERS[component](model).eval()
+
+
+def example_inputs(shape: ComponentShape, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Inputs of the right shapes and dtypes (values arbitrary but valid: full lengths, token ids < 178)."""
+    b, n = shape.batch, shape.length
+    g = torch.Generator().manual_seed(0)
+    full = torch.full((b,), n, dtype=torch.int64)
+
+    def rand(*size):
+        return torch.randn(*size, generator=g, dtype=dtype)
+
+    if shape.component == "albert":
+        return torch.randint(0, 178, (b, n), generator=g), torch.ones(b, n, dtype=torch.int64)
+    if shape.component == "duration":
+        return rand(b, 512, n), rand(b, 128), full
+    if shape.component == "f0n":
+        return rand(b, 640, n), rand(b, 128), full
+    if shape.component == "text_encoder":
+        return torch.randint(0, 178, (b, n), generator=g), full
+    phase = torch.rand(b, N_HARMONICS, generator=g, dtype=dtype)
+    return rand(b, 512, n), rand(b, 2 * n).abs() * 200, rand(b, 2 * n), rand(b, 128), phase, rand(
+        b, n * SAMPLES_PER_FRAME, N_HARMONICS
+    )
+
+
+class ExportableCustomSTFT(torch.nn.Module):
+    """kokoro's CustomSTFT.transform with `phase[mask] = pi` written as `torch.where` (the importer rejects a
+    boolean index_put); same values. Shares the wrapped module's bases; `inverse` is kokoro's own."""
+
+    def __init__(self, stft):
+        super().__init__()
+        self.stft = stft
+
+    def transform(self, waveform):
+        s = self.stft
+        if s.center:
+            waveform = F.pad(waveform, (s.n_fft // 2, s.n_fft // 2), mode=s.pad_mode)
+        x = waveform.unsqueeze(1)
+        real = F.conv1d(x, s.weight_forward_real, stride=s.hop_length)
+        imag = F.conv1d(x, s.weight_forward_imag, stride=s.hop_length)
+        magnitude = torch.sqrt(real**2 + imag**2 + 1e-14)
+        phase = torch.atan2(imag, real)
+        phase = torch.where((imag == 0) & (real < 0), torch.full_like(phase, math.pi), phase)
+        return magnitude, phase
+
+    def inverse(self, magnitude, phase):
+        return self.stft.inverse(magnitude, phase)
+
+
+@contextlib.contextmanager
+def export_patches(model):
+    """Export-friendly swaps on one model instance, undone on exit. Nothing global is touched."""
+    generator = model.decoder.generator
+    stock_stft = generator.stft
+    if not hasattr(stock_stft, "weight_forward_real"):
+        raise ValueError("export needs kokoro's CustomSTFT: load the model with disable_complex=True")
+    generator.stft = ExportableCustomSTFT(stock_stft)
+    try:
+        yield model
+    finally:
+        generator.stft = stock_stft
+
+
+def export_component(model, shape: ComponentShape) -> torch.export.ExportedProgram:
+    """torch.export one component at a static shape in the model's dtype, under export_patches."""
+    dtype = next(model.parameters()).dtype
+    module = component_module(model, shape.component)
+    with export_patches(model), torch.no_grad():
+        return torch.export.export(module, example_inputs(shape, dtype))

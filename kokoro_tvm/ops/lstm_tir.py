@@ -1,0 +1,70 @@
+"""TVM lowering of the length-aware bidirectional LSTM: a Relax matmul for the input projection (hoisted out of
+the time loop) and one TIR kernel that runs the recurrence with a serial loop over time.
+
+The kernel's IR size does not depend on T (no unrolling). It is dtype-generic (float32 / float64).
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+from tvm.script import tirx as T
+
+
+def recurrence_kernel(batch: int, steps: int, hidden: int, dtype: str):
+    """PrimFunc(gates_x [2, B, T, 4H], w_hh [2, 4H, H], lengths [B] int64, out [B, T, 2H]).
+
+    gates_x holds x @ W_ih^T + b_ih + b_hh per direction. Direction 1 walks t = length-1 .. 0. PyTorch's gate
+    order (i, f, g, o). Outputs at t >= length are 0.
+    """
+    four_h = 4 * hidden
+
+    @T.prim_func(private=True)
+    def lstm_recurrence(
+        gates_x: T.Buffer((2, batch, steps, four_h), dtype),
+        w_hh: T.Buffer((2, four_h, hidden), dtype),
+        lengths: T.Buffer((batch,), "int64"),
+        out: T.Buffer((batch, steps, 2 * hidden), dtype),
+    ):
+        T.func_attr({"tir.noalias": True})
+        h = T.alloc_buffer((2, batch, hidden), dtype)
+        c = T.alloc_buffer((2, batch, hidden), dtype)
+        gates = T.alloc_buffer((2, batch, four_h), dtype)
+        for d, b in T.grid(2, batch):
+            for j in range(hidden):
+                h[d, b, j] = T.cast(0, dtype)
+                c[d, b, j] = T.cast(0, dtype)
+            for t_pad, j in T.grid(steps, hidden):
+                out[b, t_pad, d * hidden + j] = T.cast(0, dtype)
+            for step in range(steps):
+                if T.cast(step, "int64") < lengths[b]:
+                    t = T.if_then_else(d == 0, T.cast(step, "int64"), lengths[b] - T.int64(1) - step)
+                    for g in range(four_h):
+                        gates[d, b, g] = gates_x[d, b, t, g]
+                        for k in range(hidden):
+                            gates[d, b, g] = gates[d, b, g] + w_hh[d, g, k] * h[d, b, k]
+                    for j in range(hidden):
+                        c[d, b, j] = T.sigmoid(gates[d, b, hidden + j]) * c[d, b, j] + T.sigmoid(
+                            gates[d, b, j]
+                        ) * T.tanh(gates[d, b, 2 * hidden + j])
+                        h[d, b, j] = T.sigmoid(gates[d, b, 3 * hidden + j]) * T.tanh(c[d, b, j])
+                        out[b, t, d * hidden + j] = h[d, b, j]
+
+    return lstm_recurrence
+
+
+def emit_masked_lstm(block_builder: relax.BlockBuilder, x, lengths, weights) -> relax.Var:
+    """Emit the LSTM for relax values x [B, T, I], lengths [B] int64 and the 8 weights (op order)."""
+    w_ih, w_hh, b_ih, b_hh, w_ih_r, w_hh_r, b_ih_r, b_hh_r = weights
+    batch, steps, _ = (int(v) for v in x.ty.shape)
+    four_h, hidden = (int(v) for v in w_hh.ty.shape)
+    dtype = x.ty.dtype
+    emit = block_builder.emit
+
+    def projection(w, b_i, b_h):  # [B, T, 4H]: the whole sequence in one matmul
+        return relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w)), relax.op.add(b_i, b_h))
+
+    gates_x = emit(relax.op.stack([projection(w_ih, b_ih, b_hh), projection(w_ih_r, b_ih_r, b_hh_r)], axis=0))
+    w_stack = emit(relax.op.stack([w_hh, w_hh_r], axis=0))
+    kernel = block_builder.add_func(recurrence_kernel(batch, steps, hidden, dtype), "masked_lstm_recurrence")
+    out_ty = relax.TensorType((batch, steps, 2 * hidden), dtype)
+    return emit(relax.call_tir(kernel, [gates_x, w_stack, lengths], out_ty))
