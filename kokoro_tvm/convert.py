@@ -135,7 +135,23 @@ def _instance_norm(node: torch.fx.Node, importer) -> relax.Var:
     return _affine(importer, normalized, weight, bias, (1, -1) + (1,) * (ndim - 2))
 
 
+def _float_unary(op: Callable) -> Converter:
+    """sqrt / rsqrt in the dtype torch gave the result (node.meta["val"]): for an integer input torch promotes
+    to the default dtype, while TVM 0.27's converters always cast to float32."""
+
+    def convert(node: torch.fx.Node, importer) -> relax.Var:
+        x = importer.env[node.args[0]]
+        dtype = str(node.meta["val"].dtype).removeprefix("torch.")
+        if _dtype_of(x) != dtype:
+            x = importer.block_builder.emit(relax.op.astype(x, dtype))
+        return importer.block_builder.emit(op(x))
+
+    return convert
+
+
 CONVERTERS: dict[str, Converter] = {
+    "sqrt.default": _float_unary(relax.op.sqrt),
+    "rsqrt.default": _float_unary(relax.op.rsqrt),
     "native_layer_norm.default": _native_layer_norm,
     "_native_batch_norm_legit.no_stats": _instance_norm,
     MASKED_LSTM_TARGET: _masked_lstm,
@@ -170,11 +186,14 @@ def unsupported_ops(
     return sorted(graph_ops(exported_program) - _builtin_ops() - set(table))
 
 
-def to_relax(exported_program: torch.export.ExportedProgram) -> relax.Expr:
-    """Import with our converter table; fails first with the full list of unsupported ops, if any."""
+def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False):
+    """Import with our converter table; fails first with the full list of unsupported ops, if any.
+    With keep_params_as_input the weights stay function parameters (after the user inputs)."""
     from tvm.relax.frontend.torch import from_exported_program
 
     missing = unsupported_ops(exported_program)
     if missing:
         raise NotImplementedError(f"no converter for {len(missing)} op(s): {', '.join(missing)}")
-    return from_exported_program(exported_program, custom_convert_map=CONVERTERS)
+    return from_exported_program(
+        exported_program, custom_convert_map=CONVERTERS, keep_params_as_input=keep_params_as_input
+    )

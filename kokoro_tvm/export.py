@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from kokoro_tvm.config import SAMPLES_PER_FRAME
 from kokoro_tvm.noise import N_HARMONICS
 from kokoro_tvm.ops.lstm import masked_lstm
-from kokoro_tvm.reference import explicit_sine_noise_tensors
+from kokoro_tvm.reference import default_dtype, explicit_sine_noise_tensors
 
 COMPONENTS = ("albert", "duration", "f0n", "text_encoder", "decoder")
 
@@ -205,8 +205,12 @@ def export_patches(model):
 
 
 def export_component(model, shape: ComponentShape) -> torch.export.ExportedProgram:
-    """torch.export one component at a static shape in the model's dtype, under export_patches."""
+    """torch.export one component at a static shape in the model's dtype, under export_patches.
+
+    The model's dtype is also torch's default dtype while tracing, as in pt.dynamic: kokoro computes
+    `rsqrt(torch.tensor(2))` in the default dtype, so a float64 graph traced under float32 would carry a
+    float32-rounded constant (F0/N off by 4e-8 relative)."""
     dtype = next(model.parameters()).dtype
     module = component_module(model, shape.component)
-    with export_patches(model), torch.no_grad():
+    with export_patches(model), torch.no_grad(), default_dtype(dtype):
         return torch.export.export(module, example_inputs(shape, dtype))

@@ -12,7 +12,6 @@ Differences from stock kokoro, each deliberate:
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -20,33 +19,7 @@ import torch.nn.functional as F
 
 from kokoro_tvm.config import SAMPLES_PER_FRAME
 from kokoro_tvm.noise import NoiseSource, SineNoise, ZeroNoise
-
-
-@dataclass
-class Stages:
-    """Every intermediate of one utterance (batch 1). T tokens incl. pads, F aligned frames."""
-
-    token_ids: np.ndarray  # [T] int64, with the pad token at both ends
-    style: np.ndarray  # [1, 256]: decoder half then prosody half
-    d_en: np.ndarray  # [1, 512, T] ALBERT + bert_encoder
-    d: np.ndarray  # [1, T, 640] duration encoder output
-    duration_logits: np.ndarray  # [1, T, 50]
-    durations: np.ndarray  # [T] int64 frames per token (pred_dur)
-    alignment: np.ndarray  # [F] int64: the token index of each frame (the one-hot matrix as a gather)
-    en: np.ndarray  # [1, 640, F]
-    F0: np.ndarray  # [1, 2F]
-    N: np.ndarray  # [1, 2F]
-    t_en: np.ndarray  # [1, 512, T] text encoder
-    asr: np.ndarray  # [1, 512, F]
-    audio: np.ndarray  # [600 F] at 24 kHz
-    noise: str  # which NoiseSource made the SineGen noise
-
-    @property
-    def n_frames(self) -> int:
-        return int(self.alignment.shape[0])
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), np.ndarray)}
+from kokoro_tvm.stages import Stages
 
 
 class ExplicitNoiseSource(torch.nn.Module):

@@ -1,0 +1,69 @@
+"""What a built component is on disk (shared by compile and runtime; imports neither torch nor TVM)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+class ArtifactError(RuntimeError):
+    """A compiled artifact is missing, corrupt, or not what its manifest says."""
+
+
+def params_digest(arrays: dict[str, np.ndarray], names: list[str]) -> str:
+    """sha256 over each parameter in `names` order: the UTF-8 name, then the array's bytes."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update(name.encode("utf-8"))
+        digest.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class Artifact:
+    """One component at one shape: the Relax VM library, its manifest, and the shared parameter file."""
+
+    library: Path
+    params: Path
+    manifest: dict
+
+    @property
+    def param_names(self) -> list[str]:
+        return self.manifest["param_names"]
+
+    @property
+    def component(self) -> str:
+        return self.manifest["key"]["component"]
+
+    @classmethod
+    def open(cls, folder: Path) -> Artifact:
+        """Read an artifact folder written by kokoro_tvm.compile (manifest.json, component.so)."""
+        folder = Path(folder)
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ArtifactError(f"{folder} is not a kokoro-tvm artifact: {exc}") from exc
+        return cls(folder / "component.so", Path(manifest["params_file"]), manifest)
+
+    def load_params(self) -> list[np.ndarray]:
+        """The parameters in call order, verified against the manifest's digest."""
+        try:
+            with np.load(self.params) as npz:
+                arrays = {name: npz[name] for name in self.param_names}
+        except (OSError, KeyError, ValueError) as exc:
+            raise ArtifactError(f"cannot read parameters {self.params}: {exc}") from exc
+        if params_digest(arrays, self.param_names) != self.manifest["params_digest"]:
+            raise ArtifactError(f"parameters {self.params} do not match the digest recorded for {self.library}")
+        return [arrays[name] for name in self.param_names]

@@ -1,0 +1,180 @@
+"""The only module that calls TVM build APIs: export -> import -> Relax pipeline -> build, with a cache.
+
+An artifact is one component at one static shape and dtype for one target: a shared library (the Relax VM
+executable, weights kept as parameters) plus a manifest. Parameters are stored once per (weights,
+component, dtype) as .npz and shared by every shape. The cache key covers the weights fingerprint,
+component, shape, dtype, the export/convert recipe version, the TVM version and the target; a manifest that
+does not match, or a file whose sha256 differs from its manifest, is rebuilt with a log line, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kokoro_tvm.artifacts import Artifact, ArtifactError, file_sha256, params_digest
+from kokoro_tvm.export import ComponentShape
+from kokoro_tvm.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+# Bump when export wrappers, patches, custom ops or converters change what a build computes.
+RECIPE_VERSION = "6-import-in-model-default-dtype"
+DTYPES = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    component: str
+    length: int  # tokens T or frames F
+    dtype: str = "float32"
+    batch: int = 1
+
+    def __post_init__(self):
+        ComponentShape(self.component, self.length, self.batch)  # validates component and sizes
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+    @property
+    def shape(self) -> ComponentShape:
+        return ComponentShape(self.component, self.length, self.batch)
+
+
+def host_target() -> dict:
+    """LLVM for this CPU. `mcpu="native"` silently falls back to generic code with this wheel's LLVM, so the
+    CPU name comes from LLVM's host detection."""
+    from tvm.target import codegen
+
+    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+
+
+def _key(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
+    import tvm
+
+    return dict(
+        asdict(spec),
+        weights=weights_fingerprint,
+        recipe=RECIPE_VERSION,
+        tvm=tvm.__version__,
+        target=target,
+    )
+
+
+def _valid(folder: Path, fields: dict) -> Artifact | None:
+    """The cached artifact if its manifest matches `fields` and its files their recorded hashes, else None."""
+    if not (folder / "manifest.json").exists():
+        return None
+    try:
+        artifact = Artifact.open(folder)
+        if artifact.manifest.get("key") != fields:
+            raise ArtifactError(f"built for {artifact.manifest.get('key')}")
+        if not artifact.library.exists() or file_sha256(artifact.library) != artifact.manifest["library_sha256"]:
+            raise ArtifactError(f"{artifact.library} is missing or does not match its recorded sha256")
+        artifact.load_params()
+    except (ArtifactError, KeyError) as exc:
+        log.warning("rebuilding %s: %s", folder.name, exc)
+        return None
+    return artifact
+
+
+def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None) -> Artifact:
+    """The cached artifact for `spec`, building it if missing or invalid. `model` must be in spec.dtype."""
+    target = target or host_target()
+    fields = _key_fields(spec, weights_fingerprint, target)
+    folder = cache_dir() / "artifacts" / f"{spec.component}-{spec.dtype}-b{spec.batch}-n{spec.length}-{_key(fields)}"
+    cached = _valid(folder, fields)
+    if cached is not None:
+        return cached
+    manifest = _build(model, spec, target, fields, folder / "component.so", _params_path(weights_fingerprint, spec))
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return Artifact.open(folder)
+
+
+def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
+    key = _key({"weights": weights_fingerprint, "component": spec.component, "dtype": spec.dtype})
+    return cache_dir() / "params" / f"{spec.component}-{spec.dtype}-{key}.npz"
+
+
+def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
+    import torch
+    import tvm
+
+    from kokoro_tvm.convert import to_relax
+    from kokoro_tvm.export import export_component
+    from kokoro_tvm.reference import default_dtype
+
+    if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
+        raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
+    log.info("building %s (%s, length %d, batch %d) for %s", spec.component, spec.dtype, spec.length, spec.batch,
+             target.get("mcpu", target["kind"]))
+    t0 = time.perf_counter()
+    exported = export_component(model, spec.shape)
+    t1 = time.perf_counter()
+    with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
+        mod = to_relax(exported, keep_params_as_input=True)
+    t2 = time.perf_counter()
+    executable = tvm.compile(mod, target=tvm.target.Target(target))
+    library.parent.mkdir(parents=True, exist_ok=True)
+    executable.export_library(str(library))
+    t3 = time.perf_counter()
+    names = list(exported.graph_signature.parameters)
+    named = dict(exported.named_parameters())
+    with torch.no_grad():
+        arrays = {name: named[name].detach().cpu().numpy() for name in names}
+    digest = params_digest(arrays, names)
+    _write_params(params, arrays, names, digest)
+    relax_lines = len(mod.script().splitlines())
+    log.info("built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines",
+             spec.component, t3 - t0, t1 - t0, t2 - t1, t3 - t2, relax_lines)
+    return {
+        "key": fields,
+        "param_names": names,
+        "params_file": str(params),
+        "params_digest": digest,
+        "library_sha256": file_sha256(library),
+        "seconds": {"export": t1 - t0, "import": t2 - t1, "compile": t3 - t2},
+        "relax_lines": relax_lines,
+    }
+
+
+def _write_params(path: Path, arrays: dict[str, np.ndarray], names: list[str], digest: str) -> None:
+    """One parameter file per (weights, component, dtype), shared by every shape; rewritten if stale."""
+    probe = Artifact(path.with_suffix(".so"), path, {"param_names": names, "params_digest": digest})
+    if path.exists():
+        try:
+            probe.load_params()
+            return
+        except ArtifactError as exc:
+            log.warning("rewriting parameters: %s", exc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.stem + ".partial.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+class OnDemandBuilder:
+    """An artifact provider for kokoro_tvm.runtime: builds (or finds in the cache) each shape on first use."""
+
+    def __init__(self, model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None):
+        self.model, self.weights_fingerprint, self.dtype = model, weights_fingerprint, dtype
+        self.target = target or host_target()
+
+    def __call__(self, component: str, length: int) -> Artifact:
+        return build(self.model, self.weights_fingerprint, BuildSpec(component, length, self.dtype), self.target)
+
+
+def compiled_kokoro(model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None):
+    """A runtime.TVMKokoro whose components are built on demand from `model` (in `dtype`)."""
+    from kokoro_tvm.runtime import TVMKokoro
+
+    return TVMKokoro(OnDemandBuilder(model, weights_fingerprint, dtype, target), dtype)
