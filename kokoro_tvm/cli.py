@@ -1,4 +1,4 @@
-"""`kokoro-tvm` command line: say, weights.
+"""`kokoro-tvm` command line: say, compare, pipeline, weights.
 
 Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
 `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
@@ -21,12 +21,24 @@ EXIT_USAGE = 2
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     from kokoro_tvm._packages import MissingPackageError
+    from kokoro_tvm.artifacts import ArtifactError
     from kokoro_tvm.onnx_int8 import CorruptModelError
+    from kokoro_tvm.pipeline import PipelineError
     from kokoro_tvm.text import TextError
     from kokoro_tvm.voices import UnknownVoiceError
     from kokoro_tvm.weights import WeightsError
 
-    return (TextError, UnknownVoiceError, WeightsError, CorruptModelError, MissingPackageError, ValueError, OSError)
+    return (
+        TextError,
+        UnknownVoiceError,
+        WeightsError,
+        CorruptModelError,
+        MissingPackageError,
+        ArtifactError,
+        PipelineError,
+        ValueError,
+        OSError,
+    )
 
 
 def cmd_say(args: argparse.Namespace) -> int:
@@ -68,6 +80,23 @@ def cmd_weights(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from kokoro_tvm.parity import compare_text
+
+    record = compare_text(args.text, voice=args.voice, precision=args.precision, seed=args.seed, weights=args.weights)
+    print(json.dumps(record) if args.json else json.dumps(record, indent=1))
+    return 0
+
+
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from kokoro_tvm.pipeline import run
+
+    only = [s.strip() for s in args.only.split(",")] if args.only else None
+    for path in run(only=only, fast=args.fast):
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from kokoro_tvm.audio_io import WAV_FORMATS
     from kokoro_tvm.synthesis import BACKENDS
@@ -90,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--format", choices=WAV_FORMATS, default="float32", help="WAV sample format")
     say.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     say.set_defaults(func=cmd_say)
+
+    compare = sub.add_parser("compare", help="TVM against PyTorch pt.dynamic on one utterance, same noise")
+    compare.add_argument("--text", required=True)
+    compare.add_argument("--voice", default=DEFAULT_VOICE)
+    compare.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
+    compare.add_argument("--seed", type=int, default=0, help="seed of the SineGen noise both backends get")
+    compare.add_argument("--json", action="store_true", help="one JSON line")
+    compare.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    compare.set_defaults(func=cmd_compare)
+
+    pipeline = sub.add_parser("pipeline", help="run the numbered notebooks in order with papermill")
+    pipeline.add_argument("--fast", action="store_true", help="FAST=True in every notebook")
+    pipeline.add_argument("--only", help="comma-separated notebook numbers, e.g. 01,02")
+    pipeline.set_defaults(func=cmd_pipeline)
 
     weights = sub.add_parser("weights", help="resolve the weights and print one JSON line about them")
     weights.add_argument("--weights", help="an explicit weights file")

@@ -115,8 +115,14 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
 
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
-    log.info("building %s (%s, length %d, batch %d) for %s", spec.component, spec.dtype, spec.length, spec.batch,
-             target.get("mcpu", target["kind"]))
+    log.info(
+        "building %s (%s, length %d, batch %d) for %s",
+        spec.component,
+        spec.dtype,
+        spec.length,
+        spec.batch,
+        target.get("mcpu", target["kind"]),
+    )
     t0 = time.perf_counter()
     exported = export_component(model, spec.shape)
     t1 = time.perf_counter()
@@ -134,8 +140,15 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     digest = params_digest(arrays, names)
     _write_params(params, arrays, names, digest)
     relax_lines = len(mod.script().splitlines())
-    log.info("built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines",
-             spec.component, t3 - t0, t1 - t0, t2 - t1, t3 - t2, relax_lines)
+    log.info(
+        "built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines",
+        spec.component,
+        t3 - t0,
+        t1 - t0,
+        t2 - t1,
+        t3 - t2,
+        relax_lines,
+    )
     return {
         "key": fields,
         "param_names": names,

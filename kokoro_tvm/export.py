@@ -161,8 +161,13 @@ def example_inputs(shape: ComponentShape, dtype: torch.dtype) -> tuple[torch.Ten
     if shape.component == "text_encoder":
         return torch.randint(0, 178, (b, n), generator=g), full
     phase = torch.rand(b, N_HARMONICS, generator=g, dtype=dtype)
-    return rand(b, 512, n), rand(b, 2 * n).abs() * 200, rand(b, 2 * n), rand(b, 128), phase, rand(
-        b, n * SAMPLES_PER_FRAME, N_HARMONICS
+    return (
+        rand(b, 512, n),
+        rand(b, 2 * n).abs() * 200,
+        rand(b, 2 * n),
+        rand(b, 128),
+        phase,
+        rand(b, n * SAMPLES_PER_FRAME, N_HARMONICS),
     )
 
 

@@ -84,7 +84,18 @@ class TVMKokoro:
             asr, F0, N, decoder_style, sine.initial_phase.astype(self.dtype), sine.additive.astype(self.dtype)
         )
         return Stages(
-            token_ids=ids[0], style=style, d_en=d_en, d=d, duration_logits=duration_logits, durations=durations,
-            alignment=alignment, en=en, F0=F0, N=N, t_en=t_en, asr=asr, audio=audio.reshape(-1),
+            token_ids=ids[0],
+            style=style,
+            d_en=d_en,
+            d=d,
+            duration_logits=duration_logits,
+            durations=durations,
+            alignment=alignment,
+            en=en,
+            F0=F0,
+            N=N,
+            t_en=t_en,
+            asr=asr,
+            audio=audio.reshape(-1),
             noise=noise.description,
         )

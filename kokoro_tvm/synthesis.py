@@ -19,7 +19,7 @@ from kokoro_tvm.voices import DEFAULT_VOICE, load_voice
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("torch",)
+BACKENDS = ("torch", "tvm")
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
@@ -56,9 +56,34 @@ class TorchBackend:
         return stages.audio, stages.durations
 
 
+class TVMBackend:
+    """The compiled model (kokoro_tvm.runtime) at exact-length shapes, built on demand into the cache."""
+
+    name = "tvm"
+
+    def __init__(self, compiled, weights):
+        self.compiled, self.weights = compiled, weights  # a runtime.TVMKokoro and the WeightsInfo
+
+    @classmethod
+    def load(cls, weights=None, dtype: str = "float32") -> TVMBackend:
+        import torch
+
+        from kokoro_tvm.compile import compiled_kokoro
+        from kokoro_tvm.weights import load_kmodel
+
+        model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
+        return cls(compiled_kokoro(model, info.fingerprint, dtype), info)
+
+    def speak(self, chunk: Chunk, style: np.ndarray, speed: float, noise: NoiseSource, stream: int):
+        stages = self.compiled.run_stages(chunk.padded_ids, style, speed=speed, noise=noise, stream=stream)
+        return stages.audio, stages.durations
+
+
 def make_backend(name: str, weights=None):
     if name == "torch":
         return TorchBackend.load(weights)
+    if name == "tvm":
+        return TVMBackend.load(weights)
     raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
 
 

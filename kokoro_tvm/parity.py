@@ -1,0 +1,70 @@
+"""TVM against pt.dynamic on one utterance, at one precision, with identical explicit noise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kokoro_tvm import compare
+from kokoro_tvm.noise import SeededNoise
+from kokoro_tvm.stages import COMPARED_STAGES, Stages
+from kokoro_tvm.text import TextError, prepare
+from kokoro_tvm.voices import DEFAULT_VOICE, load_voice
+
+PRECISIONS = {"fp32": "float32", "fp64": "float64"}
+# Stages computed before the alignment: comparable even when the durations differ.
+ENCODER_STAGES = ("d_en", "d", "duration_logits", "t_en")
+
+
+def stage_errors(reference: Stages, other: Stages) -> dict[str, float]:
+    """Relative L2 per stage; stages after the alignment only when the durations agree."""
+    same = np.array_equal(reference.durations, other.durations)
+    names = COMPARED_STAGES if same else ENCODER_STAGES
+    return {name: compare.rel_l2(getattr(reference, name), getattr(other, name)) for name in names}
+
+
+def audio_metrics(reference: np.ndarray, other: np.ndarray) -> dict[str, float | None]:
+    if reference.shape != other.shape:
+        return {"audio_snr_db": None, "audio_pesq_wb": None, "audio_stoi": None}
+    return {
+        "audio_snr_db": compare.json_number(compare.snr_db(reference, other)),
+        "audio_pesq_wb": compare.pesq_wb(reference, other),
+        "audio_stoi": compare.stoi(reference, other),
+    }
+
+
+def compare_text(
+    text: str, voice: str = DEFAULT_VOICE, precision: str = "fp32", seed: int = 0, weights=None, speed: float = 1.0
+) -> dict:
+    """The `kokoro-tvm compare` record: TVM (exact-length shapes) against pt.dynamic at `precision`."""
+    import torch
+
+    from kokoro_tvm.compile import compiled_kokoro
+    from kokoro_tvm.reference import run_stages
+    from kokoro_tvm.weights import load_kmodel
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    chunks = prepare(text=text)
+    if len(chunks) != 1:
+        raise TextError(f"compare takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
+    chunk, pack = chunks[0], load_voice(voice)
+    style = pack.style(len(chunk.phonemes))
+    dtype = PRECISIONS[precision]
+    model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
+    noise = SeededNoise(seed)
+    reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
+    compiled = compiled_kokoro(model, info.fingerprint, dtype).run_stages(chunk.padded_ids, style, speed, noise)
+    return {
+        "text": text,
+        "voice": pack.name,
+        "precision": precision,
+        "tokens": int(reference.token_ids.shape[0]),
+        "frames": reference.n_frames,
+        "bucket": None,
+        "durations_equal": bool(np.array_equal(reference.durations, compiled.durations)),
+        "stages": stage_errors(reference, compiled),
+        **audio_metrics(reference.audio, compiled.audio),
+        "noise": noise.description,
+        "weights": info.source,
+        "weights_fingerprint": info.fingerprint,
+    }

@@ -1,0 +1,74 @@
+"""What every notebook records: outputs/<notebook>/metrics.json with parameters, provenance and values."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
+
+VERSIONED = ("torch", "apache-tvm", "apache-tvm-ffi", "kokoro", "kokoro-tvm", "numpy")
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def provenance() -> dict:
+    versions = {}
+    for name in VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "git_sha": git_sha(),
+        "versions": versions,
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+        "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return _jsonable(value.item())
+    return value
+
+
+def write_metrics(notebook: str, parameters: dict, values: dict) -> Path:
+    """Write outputs/<notebook>/metrics.json; returns its path."""
+    path = notebook_output_dir(notebook) / "metrics.json"
+    record = {"notebook": notebook, "parameters": parameters, **provenance(), "metrics": values}
+    path.write_text(json.dumps(_jsonable(record), indent=1) + "\n")
+    return path
+
+
+def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A Markdown table for IPython.display.Markdown (no pandas needed)."""
+    if not rows:
+        return "_(no rows)_"
+    columns = columns or list(rows[0])
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.3g}"
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)

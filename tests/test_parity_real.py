@@ -1,0 +1,56 @@
+"""Real-weights tier: the compiled model against pt.dynamic with identical explicit noise.
+
+float64 proves exactness (audio SNR >= 100 dB); float32 is judged stage by stage (relative L2 <= 1e-5 before
+the decoder, identical durations) and perceptually for the ill-conditioned decoder (PESQ-WB >= 4.4,
+STOI >= 0.99). See NOTES/compile.md for why audio SNR is not a float32 criterion.
+"""
+
+import pytest
+
+from kokoro_tvm.parity import compare_text
+
+pytestmark = pytest.mark.real
+
+SENTENCE = "Hello world."
+# the issue's bounds: encoder-side stages and F0/N within 1e-5 relative L2 of PyTorch fp32
+FP32_STAGE_BOUND = 1e-5
+FP32_STAGES = ("d_en", "d", "duration_logits", "en", "F0", "N", "t_en", "asr")
+
+
+def test_float32_build_matches_stage_by_stage_and_perceptually():
+    record = compare_text(SENTENCE, precision="fp32")
+    assert record["durations_equal"]
+    worst = {s: record["stages"][s] for s in FP32_STAGES if record["stages"][s] > FP32_STAGE_BOUND}
+    assert not worst, worst
+    assert record["audio_pesq_wb"] >= 4.4 and record["audio_stoi"] >= 0.99
+
+
+def test_float64_build_is_exact():
+    record = compare_text(SENTENCE, precision="fp64")
+    assert record["durations_equal"]
+    assert record["audio_snr_db"] >= 100
+    assert max(record["stages"].values()) < 1e-9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "text",
+    [
+        "One two three four five.",
+        "The birch canoe slid on the smooth planks, and the sun set slowly over the quiet lake.",
+    ],
+)
+def test_float64_build_is_exact_on_longer_sentences(text):
+    record = compare_text(text, precision="fp64")
+    assert record["durations_equal"] and record["audio_snr_db"] >= 100
+
+
+def test_say_with_the_tvm_backend_is_intelligible(tmp_path):
+    from kokoro_tvm.asr import transcribe, words
+    from kokoro_tvm.audio_io import read_wav
+    from kokoro_tvm.cli import main
+
+    out = tmp_path / "tvm.wav"
+    assert main(["-q", "say", SENTENCE, "--backend", "tvm", "-o", str(out)]) == 0
+    audio, rate = read_wav(out)
+    assert set(words(SENTENCE)) <= set(transcribe(audio, rate).split())
