@@ -83,7 +83,9 @@ def cmd_weights(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from kokoro_tvm.parity import compare_text
 
-    record = compare_text(args.text, voice=args.voice, precision=args.precision, seed=args.seed, weights=args.weights)
+    record = compare_text(
+        args.text, voice=args.voice, precision=args.precision, seed=args.seed, weights=args.weights, bucket=args.bucket
+    )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
 
@@ -125,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--voice", default=DEFAULT_VOICE)
     compare.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
     compare.add_argument("--seed", type=int, default=0, help="seed of the SineGen noise both backends get")
+    compare.add_argument("--bucket", type=int, help="pad the aligned-frame axis to N frames (default: exact)")
     compare.add_argument("--json", action="store_true", help="one JSON line")
     compare.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     compare.set_defaults(func=cmd_compare)

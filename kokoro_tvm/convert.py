@@ -149,7 +149,30 @@ def _float_unary(op: Callable) -> Converter:
     return convert
 
 
+def _div_mode(node: torch.fx.Node, importer) -> relax.Var:
+    """div(a, b, rounding_mode=None|'floor'|'trunc') with a Python scalar operand in the tensor's dtype.
+
+    TVM 0.27 makes a scalar divisor an int32 constant, which an int64 tensor (frame lengths) cannot divide.
+    """
+    a, b = importer.retrieve_args(node)[:2]
+    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
+    emit = importer.block_builder.emit
+    if not isinstance(b, relax.Expr):
+        b = relax.const(b, _dtype_of(a))
+    if not isinstance(a, relax.Expr):
+        a = relax.const(a, _dtype_of(b))
+    if mode == "floor":
+        return emit(relax.op.floor_divide(a, b))
+    quotient = emit(relax.op.divide(a, b))
+    if mode == "trunc":
+        return emit(relax.op.trunc(quotient))
+    if mode is None:
+        return quotient
+    raise NotImplementedError(f"div rounding_mode {mode!r}")
+
+
 CONVERTERS: dict[str, Converter] = {
+    "div.Tensor_mode": _div_mode,
     "sqrt.default": _float_unary(relax.op.sqrt),
     "rsqrt.default": _float_unary(relax.op.rsqrt),
     "native_layer_norm.default": _native_layer_norm,

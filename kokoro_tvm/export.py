@@ -6,7 +6,7 @@ Components (batch B, T tokens, F aligned frames; every length input is int64 [B]
 3. f0n           en [B, 640, F], style [B, 128], frame_lengths          -> F0 [B, 2F], N [B, 2F]
 4. text_encoder  input_ids [B, T], token_lengths                        -> t_en [B, 512, T]
 5. decoder       asr [B, 512, F], F0 [B, 2F], N [B, 2F], style [B, 128], initial_phase [B, 9],
-                 additive_noise [B, 600 F, 9]                           -> audio [B, 600 F]
+                 additive_noise [B, 600 F, 9], frame_lengths            -> audio [B, 600 F]
 
 The wrappers call kokoro's own sub-modules; only the glue around the six LSTMs is rewritten, because kokoro
 packs sequences inline (`pack_padded_sequence` does not export): each LSTM becomes the length-aware custom op
@@ -25,7 +25,13 @@ import torch.nn.functional as F
 from kokoro_tvm.config import SAMPLES_PER_FRAME
 from kokoro_tvm.noise import N_HARMONICS
 from kokoro_tvm.ops.lstm import masked_lstm
-from kokoro_tvm.reference import default_dtype, explicit_sine_noise_tensors
+from kokoro_tvm.ops.masked_norm import (
+    masked_adain_resblock,
+    masked_adain_resblock1,
+    replicate_tail,
+    zero_tail,
+)
+from kokoro_tvm.reference import ExplicitNoiseSource, default_dtype
 
 COMPONENTS = ("albert", "duration", "f0n", "text_encoder", "decoder")
 
@@ -70,7 +76,8 @@ class DurationComponent(torch.nn.Module):
 
 
 class F0NComponent(torch.nn.Module):
-    """predictor.F0Ntrain: shared LSTM, then the F0 and N AdaIN branches (x2 upsampling inside)."""
+    """predictor.F0Ntrain, padding-invariant: shared LSTM over each sample's frames, then the F0 and N AdaIN
+    branches with masked InstanceNorm and re-zeroed tails (x2 upsampling inside: 2F valid outputs)."""
 
     def __init__(self, model):
         super().__init__()
@@ -79,12 +86,14 @@ class F0NComponent(torch.nn.Module):
 
     def forward(self, en, style, frame_lengths):
         x = masked_lstm(en.transpose(-1, -2), frame_lengths, self.shared).transpose(-1, -2)  # [B, 512, F]
-        f0, n = x, x
+        f0, f0_lengths = x, frame_lengths
         for block in self.F0:
-            f0 = block(f0, style)
+            f0, f0_lengths = masked_adain_resblock(block, f0, style, f0_lengths)
+        n, n_lengths = x, frame_lengths
         for block in self.N:
-            n = block(n, style)
-        return self.F0_proj(f0).squeeze(1), self.N_proj(n).squeeze(1)
+            n, n_lengths = masked_adain_resblock(block, n, style, n_lengths)
+        f0 = zero_tail(self.F0_proj(f0), f0_lengths)
+        return f0.squeeze(1), zero_tail(self.N_proj(n), n_lengths).squeeze(1)
 
 
 class TextEncoderComponent(torch.nn.Module):
@@ -103,16 +112,65 @@ class TextEncoderComponent(torch.nn.Module):
 
 
 class DecoderComponent(torch.nn.Module):
-    """kokoro's Decoder with SineGen's randomness as inputs (see reference.ExplicitNoiseSource)."""
+    """kokoro's Decoder and iSTFTNet Generator, padding-invariant, with SineGen's randomness as inputs.
+
+    Resolutions, with F = frame_lengths: asr and decoder blocks F, F0/N curves and the generator input 2F,
+    SineGen 600F samples (2F at its coarse phase), STFT frames 120F + 1, first upsample 20F, second upsample
+    120F (+1 after the reflection pad), audio 600F. At each, the tail past the valid length is re-zeroed (or
+    replicated where the unpadded model replicates), so valid outputs equal the unpadded model's.
+    """
 
     def __init__(self, model):
         super().__init__()
         self.decoder = model.decoder
 
-    def forward(self, asr, F0, N, style, initial_phase, additive_noise):
-        with explicit_sine_noise_tensors(self.decoder, initial_phase, additive_noise):
-            audio = self.decoder(asr, F0, N, style)
+    def forward(self, asr, F0, N, style, initial_phase, additive_noise, frame_lengths):
+        dec = self.decoder
+        curve_lengths = 2 * frame_lengths
+        asr = zero_tail(asr, frame_lengths)
+        f0_curve = zero_tail(F0[:, None, :], curve_lengths)  # [B, 1, 2F]
+        f0 = zero_tail(dec.F0_conv(f0_curve), frame_lengths)
+        n = zero_tail(dec.N_conv(zero_tail(N[:, None, :], curve_lengths)), frame_lengths)
+        x, lengths = masked_adain_resblock(dec.encode, torch.cat([asr, f0, n], dim=1), style, frame_lengths)
+        asr_res = zero_tail(dec.asr_res(asr), frame_lengths)
+        residual = True
+        for block in dec.decode:
+            if residual:
+                x = torch.cat([x, asr_res, f0, n], dim=1)
+            x, lengths = masked_adain_resblock(block, x, style, lengths)
+            residual = block.upsample_type == "none"
+        audio = self._generate(x, style, f0_curve, frame_lengths, initial_phase, additive_noise)
         return audio.reshape(audio.shape[0], -1)
+
+    def _generate(self, x, style, f0_curve, frame_lengths, initial_phase, additive_noise):
+        gen = self.decoder.generator
+        stft = gen.stft.stft if isinstance(gen.stft, ExportableCustomSTFT) else gen.stft  # under export_patches
+        samples = frame_lengths * SAMPLES_PER_FRAME
+        stft_frames = samples // stft.hop_length + 1
+        source = ExplicitNoiseSource(gen.m_source, initial_phase, additive_noise)
+        f0 = gen.f0_upsamp(f0_curve).transpose(1, 2)  # [B, 600F, 1]
+        sine_waves, _ = source.sine_waves(f0, valid_steps=2 * frame_lengths)
+        har_source = source.l_tanh(source.l_linear(sine_waves)).transpose(1, 2).squeeze(1)  # [B, 600F]
+        spec, phase = ExportableCustomSTFT(stft).transform(replicate_tail(har_source, samples))
+        har = zero_tail(torch.cat([spec, phase], dim=1), stft_frames)
+        lengths = 2 * frame_lengths
+        for i in range(gen.num_upsamples):
+            x = F.leaky_relu(x, negative_slope=0.1)
+            conv = gen.noise_convs[i]
+            source_lengths = (stft_frames + 2 * conv.padding[0] - conv.kernel_size[0]) // conv.stride[0] + 1
+            x_source = zero_tail(conv(har), source_lengths)
+            x_source = masked_adain_resblock1(gen.noise_res[i], x_source, style, source_lengths)
+            x = gen.ups[i](x)
+            lengths = lengths * gen.ups[i].stride[0]
+            if i == gen.num_upsamples - 1:
+                x, lengths = gen.reflection_pad(x), lengths + 1
+            x = zero_tail(x, lengths) + x_source
+            blocks = gen.resblocks[i * gen.num_kernels : (i + 1) * gen.num_kernels]
+            x = sum(masked_adain_resblock1(b, x, style, lengths) for b in blocks) / gen.num_kernels
+        x = gen.conv_post(F.leaky_relu(x))
+        spec = zero_tail(torch.exp(x[:, : gen.post_n_fft // 2 + 1, :]), lengths)
+        phase = torch.sin(x[:, gen.post_n_fft // 2 + 1 :, :])
+        return zero_tail(stft.inverse(spec, phase), samples)
 
 
 _WRAPPERS = {
@@ -168,6 +226,7 @@ def example_inputs(shape: ComponentShape, dtype: torch.dtype) -> tuple[torch.Ten
         rand(b, 128),
         phase,
         rand(b, n * SAMPLES_PER_FRAME, N_HARMONICS),
+        full,
     )
 
 

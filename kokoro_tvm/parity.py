@@ -11,6 +11,7 @@ from kokoro_tvm.text import TextError, prepare
 from kokoro_tvm.voices import DEFAULT_VOICE, load_voice
 
 PRECISIONS = {"fp32": "float32", "fp64": "float64"}
+TOKEN_BUCKET_STEP = 16
 # Stages computed before the alignment: comparable even when the durations differ.
 ENCODER_STAGES = ("d_en", "d", "duration_logits", "t_en")
 
@@ -32,10 +33,22 @@ def audio_metrics(reference: np.ndarray, other: np.ndarray) -> dict[str, float |
     }
 
 
+def token_bucket_for(n_tokens: int) -> int:
+    """Token-axis bucket used with a frame bucket: the next multiple of 16 (ALBERT's limit is 512)."""
+    return min(-(-n_tokens // TOKEN_BUCKET_STEP) * TOKEN_BUCKET_STEP, 512)
+
+
 def compare_text(
-    text: str, voice: str = DEFAULT_VOICE, precision: str = "fp32", seed: int = 0, weights=None, speed: float = 1.0
+    text: str,
+    voice: str = DEFAULT_VOICE,
+    precision: str = "fp32",
+    seed: int = 0,
+    weights=None,
+    speed: float = 1.0,
+    bucket: int | None = None,
 ) -> dict:
-    """The `kokoro-tvm compare` record: TVM (exact-length shapes) against pt.dynamic at `precision`."""
+    """The `kokoro-tvm compare` record: TVM against unpadded pt.dynamic at `precision`. `bucket`: pad the
+    aligned-frame axis to that many frames (and the token axis to token_bucket_for(T)); None: exact shapes."""
     import torch
 
     from kokoro_tvm.compile import compiled_kokoro
@@ -53,14 +66,18 @@ def compare_text(
     model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
     noise = SeededNoise(seed)
     reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
-    compiled = compiled_kokoro(model, info.fingerprint, dtype).run_stages(chunk.padded_ids, style, speed, noise)
+    token_bucket = token_bucket_for(len(chunk.padded_ids)) if bucket is not None else None
+    compiled = compiled_kokoro(model, info.fingerprint, dtype).run_stages(
+        chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket
+    )
     return {
         "text": text,
         "voice": pack.name,
         "precision": precision,
         "tokens": int(reference.token_ids.shape[0]),
         "frames": reference.n_frames,
-        "bucket": None,
+        "bucket": bucket,
+        "token_bucket": token_bucket,
         "durations_equal": bool(np.array_equal(reference.durations, compiled.durations)),
         "stages": stage_errors(reference, compiled),
         **audio_metrics(reference.audio, compiled.audio),

@@ -334,7 +334,7 @@ def _length_axes(component: str) -> list[int | None]:
         "duration": [2, None, None],
         "f0n": [2, None, None],
         "text_encoder": [1, None],
-        "decoder": [2, 1, 1, None, None, 1],
+        "decoder": [2, 1, 1, None, None, 1, None],
     }[component]
 
 

@@ -39,13 +39,21 @@ class ExplicitNoiseSource(torch.nn.Module):
         self.initial_phase = initial_phase  # [B, 9]
         self.additive = additive  # [B, L, 9]
 
-    def sine_waves(self, f0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """f0 [B, L, 1] (already upsampled to the sample rate) -> (sine waves [B, L, 9], uv [B, L, 1])."""
+    def sine_waves(self, f0: torch.Tensor, valid_steps: torch.Tensor | None = None):
+        """f0 [B, L, 1] (already upsampled to the sample rate) -> (sine waves [B, L, 9], uv [B, L, 1]).
+
+        valid_steps [B] (padded buckets): the number of valid steps at the coarse resolution (L / 300);
+        the coarse phase past it is replaced by its last valid value, so the final upsampling interpolates
+        exactly as the unpadded model's clamped index does at its end."""
         harmonics = torch.arange(1, self.n_harmonics + 1, dtype=f0.dtype, device=f0.device)
         rad = (f0 * harmonics / self.sampling_rate) % 1
         rad = torch.cat([rad[:, :1, :] + self.initial_phase[:, None, :], rad[:, 1:, :]], dim=1)
         rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample_scale, mode="linear")
-        phase = torch.cumsum(rad.transpose(1, 2), dim=1) * 2 * torch.pi
+        phase = torch.cumsum(rad.transpose(1, 2), dim=1) * 2 * torch.pi  # [B, L / 300, 9], causal
+        if valid_steps is not None:
+            steps = torch.arange(phase.shape[1], device=phase.device)[None, :, None]
+            last = phase.gather(1, (valid_steps - 1)[:, None, None].expand(-1, 1, phase.shape[2]))
+            phase = torch.where(steps < valid_steps[:, None, None], phase, last)
         phase = F.interpolate(
             phase.transpose(1, 2) * self.upsample_scale, scale_factor=self.upsample_scale, mode="linear"
         ).transpose(1, 2)
