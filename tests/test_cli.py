@@ -18,10 +18,17 @@ from kokoro_tvm.cli import main
         (["say", "hello", "--speed", "0", "-o", "x.wav"], "speed must be"),
         (["say", "hello", "--speed", "nan", "-o", "x.wav"], "speed must be"),
         (["weights", "--weights", "/does/not/exist.pth"], "does not exist"),
+        (["compare", "--text", "", "--json"], "nothing to say"),
+        (["compare", "--text", "hi", "--precision", "fp16"], None),
     ],
 )
 def test_bad_input_gives_one_clear_error(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    if message is None:  # rejected by argparse itself
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        return
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

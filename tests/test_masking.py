@@ -120,3 +120,11 @@ def test_tvm_bucket_valid_prefix_ignores_garbage_and_matches(component, model, t
         va, vb = valid(component, a, w.numpy()), valid(component, b, w.numpy())
         assert np.array_equal(va, vb), "garbage in the padded tail reached the valid prefix"
         assert np.abs(va - w.numpy()).max() <= TOL * max(1.0, np.abs(w.numpy()).max())
+
+
+def test_a_bucket_shorter_than_the_utterance_is_a_clear_error():
+    from kokoro_tvm.runtime import BucketTooSmallError, _bucket
+
+    with pytest.raises(BucketTooSmallError, match="frame bucket 64 is shorter than the utterance"):
+        _bucket(64, 65, "frame")
+    assert _bucket(None, 65, "frame") == 65 and _bucket(96, 65, "frame") == 96

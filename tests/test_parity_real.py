@@ -32,6 +32,21 @@ def test_float64_build_is_exact():
     assert max(record["stages"].values()) < 1e-9
 
 
+def test_float32_bucket_matches_the_unpadded_reference():
+    """The aligned-frame axis padded to 96 frames (65 valid: 32% padding), tokens to 16."""
+    record = compare_text(SENTENCE, precision="fp32", bucket=96)
+    assert record["bucket"] == 96 and record["token_bucket"] == 16 and record["durations_equal"]
+    worst = {s: record["stages"][s] for s in FP32_STAGES if record["stages"][s] > FP32_STAGE_BOUND}
+    assert not worst, worst
+    assert record["audio_pesq_wb"] >= 4.4 and record["audio_stoi"] >= 0.99
+
+
+@pytest.mark.slow
+def test_float64_bucket_is_exact():
+    record = compare_text(SENTENCE, precision="fp64", bucket=96)
+    assert record["durations_equal"] and record["audio_snr_db"] >= 100
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "text",
