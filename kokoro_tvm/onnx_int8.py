@@ -9,7 +9,6 @@ kind of tensor maps.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Callable, Mapping
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from kokoro_tvm._packages import package_dir
+from kokoro_tvm.artifacts import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +49,6 @@ class CorruptModelError(RuntimeError):
     """The assembled ONNX file does not have the expected checksum."""
 
 
-def sha256_of_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def assemble_embedded_onnx(dest: Path) -> Path:
     """Concatenate the four PyPI part files into `dest` and verify the sha256; returns `dest`.
 
@@ -64,7 +56,7 @@ def assemble_embedded_onnx(dest: Path) -> Path:
     """
     dest = Path(dest)
     if dest.exists():
-        if sha256_of_file(dest) == EMBEDDED_ONNX_SHA256:
+        if file_sha256(dest) == EMBEDDED_ONNX_SHA256:
             return dest
         log.warning("cached %s has the wrong sha256; assembling it again", dest)
     parts = [Path(package_dir(m, m.replace("_", "-"))) / "part.bin" for m in PART_PACKAGES]
@@ -73,7 +65,7 @@ def assemble_embedded_onnx(dest: Path) -> Path:
     with open(tmp, "wb") as out:
         for part in parts:
             out.write(part.read_bytes())
-    got = sha256_of_file(tmp)
+    got = file_sha256(tmp)
     if got != EMBEDDED_ONNX_SHA256:
         tmp.unlink()
         raise CorruptModelError(
