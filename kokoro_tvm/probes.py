@@ -68,6 +68,19 @@ def _attempt(stage_fns: list[tuple[str, Callable]]) -> tuple[str, str | None]:
     return stage_fns[-1][0], None
 
 
+def _build_run_compare(name: str, module, inputs: tuple, fix_if_broken: str, fix_if_fine: str) -> ProbeResult:
+    """Stock build of `module`; if it builds, run it once and compare with PyTorch bit for bit."""
+    try:
+        run = _stock_build(module, inputs)
+    except Exception as exc:  # record whatever the stock path raises
+        return ProbeResult(name, "build", True, _last_line(exc), fix_if_broken)
+    with torch.no_grad():
+        expected = module(*inputs).numpy()
+    got = run(*(x.numpy() for x in inputs))
+    ok = got.shape == expected.shape and np.array_equal(got, expected)
+    return ProbeResult(name, "run", not ok, "builds; values " + ("match" if ok else "differ"), fix_if_fine)
+
+
 def probe_pack_padded_export() -> ProbeResult:
     lstm = torch.nn.LSTM(4, 3, batch_first=True, bidirectional=True)
 
@@ -162,19 +175,13 @@ def probe_bool_index_put() -> ProbeResult:
         y[y < 0] = 3.0
         return y
 
-    x = torch.randn(3, 5)
-    stage, err = _attempt([("build", lambda: _stock_build(_Fn(masked_assign), (x,)))])
-    if err is None:
-        got = _stock_build(_Fn(masked_assign), (x,))(x.numpy())
-        ok = np.array_equal(got, masked_assign(None, x).numpy())
-        return ProbeResult(
-            "phase[mask] = pi (bool index_put_)",
-            "run",
-            not ok,
-            f"builds; values {'match' if ok else 'differ'}",
-            "torch.where in ExportableCustomSTFT",
-        )
-    return ProbeResult("phase[mask] = pi (bool index_put_)", stage, True, err, "torch.where in ExportableCustomSTFT")
+    return _build_run_compare(
+        "phase[mask] = pi (bool index_put_)",
+        _Fn(masked_assign),
+        (torch.randn(3, 5),),
+        "torch.where in ExportableCustomSTFT",
+        "none needed",
+    )
 
 
 def probe_clamp_without_bound() -> ProbeResult:
@@ -190,29 +197,19 @@ def probe_clamp_without_bound() -> ProbeResult:
 
 
 def probe_atan2() -> ProbeResult:
-    x, y = torch.randn(4, 5), torch.randn(4, 5)
-    stage, err = _attempt([("build", lambda: _stock_build(_Fn(lambda m, a, b: torch.atan2(a, b)), (x, y)))])
-    if err:
-        return ProbeResult("atan2", stage, True, err, "converter needed")
-    got = _stock_build(_Fn(lambda m, a, b: torch.atan2(a, b)), (x, y))(x.numpy(), y.numpy())
-    err_abs = float(np.abs(got - torch.atan2(x, y).numpy()).max())
-    return ProbeResult("atan2", "run", err_abs > 1e-6, f"supported; max abs error {err_abs:.1e}", "none needed")
+    inputs = (torch.randn(4, 5), torch.randn(4, 5))
+    return _build_run_compare(
+        "atan2", _Fn(lambda m, a, b: torch.atan2(a, b)), inputs, "converter needed", "none needed"
+    )
 
 
 def probe_expand_prepend() -> ProbeResult:
     """DurationEncoder's style.expand(T, B, -1) prepends a dimension."""
-    s = torch.randn(2, 4)
-    module = _Fn(lambda m, a: a.expand(3, 2, -1) * 1.0)
-    stage, err = _attempt([("build", lambda: _stock_build(module, (s,)))])
-    if err:
-        return ProbeResult("expand with rank prepend", stage, True, err, "expand on an explicit [None] view")
-    got = _stock_build(module, (s,))(s.numpy())
-    ok = np.array_equal(got, s.expand(3, 2, -1).numpy())
-    return ProbeResult(
+    return _build_run_compare(
         "expand with rank prepend",
-        "run",
-        not ok,
-        "builds; values " + ("match" if ok else "differ"),
+        _Fn(lambda m, a: a.expand(3, 2, -1) * 1.0),
+        (torch.randn(2, 4),),
+        "expand on an explicit [None] view",
         "none needed (we still write style[None].expand(T, -1, -1))",
     )
 
@@ -225,17 +222,11 @@ def probe_slice_scatter() -> ProbeResult:
         pad[:, :, : x.shape[2]] = x
         return pad
 
-    x = torch.randn(1, 2, 5)
-    stage, err = _attempt([("build", lambda: _stock_build(_Fn(pad_assign), (x,)))])
-    if err:
-        return ProbeResult("slice_scatter (x_pad[..., :n] = x)", stage, True, err, "wrappers avoid the pattern")
-    got = _stock_build(_Fn(pad_assign), (x,))(x.numpy())
-    ok = np.array_equal(got, pad_assign(None, x).numpy())
-    return ProbeResult(
+    return _build_run_compare(
         "slice_scatter (x_pad[..., :n] = x)",
-        "run",
-        not ok,
-        "builds; values " + ("match" if ok else "differ"),
+        _Fn(pad_assign),
+        (torch.randn(1, 2, 5),),
+        "wrappers avoid the pattern",
         "none needed",
     )
 
