@@ -25,7 +25,7 @@ from kokoro_tvm.paths import cache_dir
 log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops or converters change what a build computes.
-RECIPE_VERSION = "8-padding-invariant-decoder"
+RECIPE_VERSION = "12-cpu-schedules"
 DTYPES = ("float32", "float64")
 
 
@@ -52,6 +52,41 @@ def host_target() -> dict:
     from tvm.target import codegen
 
     return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+
+
+def relax_pipeline(target):
+    """TVM's CPU pipeline plus our Relax rewrites before legalization and our schedules after fusion
+    (TVM 0.27's own CPU pipeline leaves every PrimFunc unscheduled: serial scalar loops)."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.cpu_schedule import rules
+    from kokoro_tvm.relax_passes import AlignConvLengths, PolyphaseConvTranspose, VectorizableSine
+
+    cpu = relax.backend.cpu_generic.pipeline
+
+    @tvm.transform.module_pass(opt_level=0, name="KokoroCPUPipeline")
+    def _pipeline(mod, _ctx):
+        with target:
+            return tvm.transform.Sequential(
+                [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine()]
+                + cpu.library_dispatch_passes(target)
+                + cpu.legalize_passes(target)
+                + [dlight.ApplyDefaultSchedule(*rules())]
+                + cpu.dataflow_lower_passes(target)
+                + cpu.finalize_passes(target)
+            )(mod)
+
+    return _pipeline
+
+
+def compile_relax(mod, target: dict):
+    """The Relax module -> VM executable with our pipeline."""
+    import tvm
+
+    tvm_target = tvm.target.Target(target)
+    return tvm.compile(mod, target=tvm_target, relax_pipeline=relax_pipeline(tvm_target))
 
 
 def _key(fields: dict) -> str:
@@ -107,7 +142,6 @@ def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
 
 def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
     import torch
-    import tvm
 
     from kokoro_tvm.convert import to_relax
     from kokoro_tvm.export import export_component
@@ -129,7 +163,7 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
         mod = to_relax(exported, keep_params_as_input=True)
     t2 = time.perf_counter()
-    executable = tvm.compile(mod, target=tvm.target.Target(target))
+    executable = compile_relax(mod, target)
     library.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(library))
     t3 = time.perf_counter()

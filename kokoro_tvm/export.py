@@ -36,6 +36,19 @@ from kokoro_tvm.reference import ExplicitNoiseSource, default_dtype
 COMPONENTS = ("albert", "duration", "f0n", "text_encoder", "decoder")
 
 
+# The generator's time axes are padded to a multiple of this (its 120F + 1 stage would otherwise leave every
+# kernel a ragged vector tail); the masks make the extra frames invisible to the valid ones.
+GENERATOR_ALIGN = 32
+
+
+def _aligned(steps: int) -> int:
+    return -(-steps // GENERATOR_ALIGN) * GENERATOR_ALIGN
+
+
+def _pad_right(x: torch.Tensor, steps: int) -> torch.Tensor:
+    return F.pad(x, (0, steps - x.shape[-1])) if steps > x.shape[-1] else x
+
+
 def padding_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     """[B, steps] bool, True where the step is padding (index >= length)."""
     return torch.arange(steps, device=lengths.device)[None, :] >= lengths[:, None]
@@ -117,7 +130,9 @@ class DecoderComponent(torch.nn.Module):
     Resolutions, with F = frame_lengths: asr and decoder blocks F, F0/N curves and the generator input 2F,
     SineGen 600F samples (2F at its coarse phase), STFT frames 120F + 1, first upsample 20F, second upsample
     120F (+1 after the reflection pad), audio 600F. At each, the tail past the valid length is re-zeroed (or
-    replicated where the unpadded model replicates), so valid outputs equal the unpadded model's.
+    replicated where the unpadded model replicates), so valid outputs equal the unpadded model's. The two
+    upsampled stages are zero-padded to a multiple of GENERATOR_ALIGN (the same masks hide the extra frames)
+    and the audio is cut back to 600F.
     """
 
     def __init__(self, model):
@@ -156,21 +171,24 @@ class DecoderComponent(torch.nn.Module):
         lengths = 2 * frame_lengths
         for i in range(gen.num_upsamples):
             x = F.leaky_relu(x, negative_slope=0.1)
-            conv = gen.noise_convs[i]
-            source_lengths = (stft_frames + 2 * conv.padding[0] - conv.kernel_size[0]) // conv.stride[0] + 1
-            x_source = zero_tail(conv(har), source_lengths)
-            x_source = masked_adain_resblock1(gen.noise_res[i], x_source, style, source_lengths)
             x = gen.ups[i](x)
             lengths = lengths * gen.ups[i].stride[0]
             if i == gen.num_upsamples - 1:
                 x, lengths = gen.reflection_pad(x), lengths + 1
-            x = zero_tail(x, lengths) + x_source
+            conv = gen.noise_convs[i]
+            source_lengths = (stft_frames + 2 * conv.padding[0] - conv.kernel_size[0]) // conv.stride[0] + 1
+            x_source = conv(har)
+            steps = _aligned(max(x.shape[-1], x_source.shape[-1]))
+            x_source = zero_tail(_pad_right(x_source, steps), source_lengths)
+            x_source = masked_adain_resblock1(gen.noise_res[i], x_source, style, source_lengths)
+            x = zero_tail(_pad_right(x, steps), lengths) + x_source
             blocks = gen.resblocks[i * gen.num_kernels : (i + 1) * gen.num_kernels]
             x = sum(masked_adain_resblock1(b, x, style, lengths) for b in blocks) / gen.num_kernels
         x = gen.conv_post(F.leaky_relu(x))
         spec = zero_tail(torch.exp(x[:, : gen.post_n_fft // 2 + 1, :]), lengths)
         phase = torch.sin(x[:, gen.post_n_fft // 2 + 1 :, :])
-        return zero_tail(stft.inverse(spec, phase), samples)
+        audio = stft.inverse(spec, phase)[..., : SAMPLES_PER_FRAME * f0_curve.shape[-1] // 2]  # drop alignment
+        return zero_tail(audio, samples)
 
 
 _WRAPPERS = {
@@ -255,6 +273,37 @@ class ExportableCustomSTFT(torch.nn.Module):
 
 
 @contextlib.contextmanager
+def folded_weight_norm(model):
+    """Every weight-normed conv of `model` with its weight computed once (`torch._weight_norm(v, g)`, the
+    very function kokoro's forward pre-hook calls each forward, so the values are identical) and stored as a
+    plain parameter; the hooks and the g/v parameters are restored on exit. The compiled graph then holds
+    weights instead of recomputing ~100 norms (a per-call cost independent of the utterance length)."""
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    folded = []
+    with torch.no_grad():
+        for module in model.modules():
+            for key, hook in list(module._forward_pre_hooks.items()):
+                if not isinstance(hook, WeightNorm):
+                    continue
+                g, v = module._parameters.pop(hook.name + "_g"), module._parameters.pop(hook.name + "_v")
+                del module._forward_pre_hooks[key]
+                if hook.name in module.__dict__:
+                    delattr(module, hook.name)  # the hook's last computed weight
+                module.register_parameter(hook.name, torch.nn.Parameter(torch._weight_norm(v, g, hook.dim)))
+                folded.append((module, key, hook, g, v))
+    try:
+        yield model
+    finally:
+        for module, key, hook, g, v in reversed(folded):
+            del module._parameters[hook.name]
+            module.register_parameter(hook.name + "_g", g)
+            module.register_parameter(hook.name + "_v", v)
+            module._forward_pre_hooks[key] = hook
+            setattr(module, hook.name, hook.compute_weight(module))
+
+
+@contextlib.contextmanager
 def export_patches(model):
     """Export-friendly swaps on one model instance, undone on exit. Nothing global is touched."""
     generator = model.decoder.generator
@@ -263,7 +312,8 @@ def export_patches(model):
         raise ValueError("export needs kokoro's CustomSTFT: load the model with disable_complex=True")
     generator.stft = ExportableCustomSTFT(stock_stft)
     try:
-        yield model
+        with folded_weight_norm(model):
+            yield model
     finally:
         generator.stft = stock_stft
 

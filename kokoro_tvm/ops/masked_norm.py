@@ -69,12 +69,17 @@ def masked_adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, lengths: tor
     for c1, c2, n1, n2, a1, a2 in zip(
         block.convs1, block.convs2, block.adain1, block.adain2, block.alpha1, block.alpha2, strict=True
     ):
-        xt = masked_adain(n1, x, s, lengths)
-        xt = c1(xt + (1 / a1) * (torch.sin(a1 * xt) ** 2))
-        xt = masked_adain(n2, xt, s, lengths)
-        xt = c2(xt + (1 / a2) * (torch.sin(a2 * xt) ** 2))
+        xt = c1(_snake(masked_adain(n1, x, s, lengths), a1))
+        xt = c2(_snake(masked_adain(n2, xt, s, lengths), a2))
         x = zero_tail(xt + x, lengths)
     return x
+
+
+def _snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """kokoro's x + (1/a) sin(a x)^2, squaring by a multiply: torch's pow(., 2) is the same product, and TVM
+    would otherwise call powf per element."""
+    wave = torch.sin(alpha * x)
+    return x + (1 / alpha) * (wave * wave)
 
 
 def replicate_tail(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,285 @@
+"""Shape-generic CPU schedules for the PrimFuncs Kokoro's Relax graphs legalize to (TVM 0.27 schedules none).
+
+Three rules, tried in order on every fused PrimFunc (dlight's `ApplyDefaultSchedule` drives them):
+
+- `Contraction`: one multiply-accumulate reduction (conv1d, conv-transpose, matmul) plus injective producers
+  and an epilogue. A register-blocked direct kernel: the output is tiled ROWS x COLS (rows = output
+  channels or matmul rows, cols = the contiguous output axis, COLS = 2 AVX-512 vectors), accumulated in a
+  local tile the compiler keeps in registers over the whole reduction, the epilogue (bias, masking, Snake,
+  leaky ReLU...) applied to the tile while it is hot, and the tiles spread over the cores.
+- dlight's CPU `Reduction` for normalisation-like functions (mean/var then elementwise).
+- `Elementwise`: injective functions inlined into one loop nest, parallel outside and vectorized inside; and a
+  last-resort `ParallelOuter` for anything else (parallel outermost loop of every block).
+
+No tuning: the same decisions for every shape, so every bucket builds in seconds. The conv tile assumes the
+contiguous output axis is a multiple of COLS; `kokoro_tvm.relax_passes.AlignConvLengths` arranges that.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.s_tir.dlight.base.common_schedules import try_inline
+from tvm.s_tir.dlight.cpu import Reduction
+
+log = logging.getLogger(__name__)
+
+VECTOR_LANES_BITS = 512  # AVX-512 on the machines we target; also fine (split by LLVM) on AVX2
+COLS_VECTORS = 2  # register tile: ROWS x (2 vectors) accumulators (<= 24 of 32 zmm registers)
+ROW_CHOICES = (8, 12, 11, 10, 9, 7, 6, 5, 4, 3, 2, 1)  # largest register-friendly divisor of the row extent
+
+
+def _lanes(dtype_bits: int) -> int:
+    return VECTOR_LANES_BITS // dtype_bits
+
+
+def _extent(sch: s_tir.Schedule, loop) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext) if isinstance(ext, tirx.IntImm) else None
+
+
+def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
+    """out = out + a * b with a and b read from two different buffers."""
+    stmt = sch.get(block)
+    body = stmt.body
+    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Add):
+        return False
+    update = body.value.b if isinstance(body.value.a, tvm.ir.TensorLoad) else body.value.a
+    while isinstance(update, tirx.Cast):
+        update = update.value
+    if not isinstance(update, tirx.Mul):
+        return False
+    return len({r.source.name for r in stmt.reads} - {stmt.writes[0].source.name}) >= 2
+
+
+def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    inner = sch.get_loops(block)[-1]
+    ext = _extent(sch, inner)
+    if ext is None or ext < 2:
+        return
+    if ext <= lanes:
+        sch.vectorize(inner)
+    elif ext % lanes == 0:
+        sch.vectorize(sch.split(inner, [None, lanes])[1])
+
+
+def _elementwise_loops(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Parallel over all but the innermost loop (fused), vectorized innermost."""
+    loops = sch.get_loops(block)
+    if len(loops) > 1:
+        sch.parallel(sch.fuse(*loops[:-1]))
+        _vectorize_inner(sch, block, lanes)
+    elif loops:
+        ext = _extent(sch, loops[0])
+        if ext is not None and ext >= 4 * lanes and ext % lanes == 0:
+            outer, inner = sch.split(loops[0], [None, lanes])
+            sch.parallel(outer)
+            sch.vectorize(inner)
+
+
+def _buffer_name(sch: s_tir.Schedule, block) -> str:
+    return sch.get(block).writes[0].source.name
+
+
+def _loads(sch: s_tir.Schedule, name: str, blocks) -> int:
+    """How many times the bodies of `blocks` read buffer `name` (an expression used twice counts twice)."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\[")
+    return sum(len(pattern.findall(str(sch.get(b).body))) for b in blocks)
+
+
+def _inline_single_use(sch: s_tir.Schedule, blocks: list) -> list:
+    """Inline every block whose value is read exactly once (repeatedly, as inlining changes the counts);
+    return the rest. A value read twice (x + sin(x)^2, leaky ReLU) is kept: inlining it would evaluate its
+    whole expression tree again, and chains of such blocks grow exponentially."""
+    remaining = list(blocks)
+    changed = True
+    while changed:
+        changed = False
+        for info in list(remaining):
+            consumers = sch.get_consumers(info.block_rv)
+            if _loads(sch, _buffer_name(sch, info.block_rv), consumers) != 1:
+                continue
+            try:
+                sch.compute_inline(info.block_rv)
+            except s_tir.ScheduleError:
+                continue
+            remaining.remove(info)
+            changed = True
+    return remaining
+
+
+def _outputs(sch: s_tir.Schedule, block) -> int:
+    extent = 1
+    for loop in sch.get_loops(block):
+        extent *= _extent(sch, loop) or 1
+    return extent
+
+
+def _compute_at_tile(sch: s_tir.Schedule, blocks: list, loop, size: int, lanes: int) -> list:
+    """Compute each block (output-sized, read several times) per tile under `loop`, last producer first; smaller
+    ones (per-channel scales, masks) stay at the root, computed once. Returns the blocks left at the root."""
+    at_root = []
+    for info in reversed(blocks):
+        if _outputs(sch, info.block_rv) < size:
+            at_root.append(info)
+            continue
+        try:
+            sch.compute_at(info.block_rv, loop, preserve_unit_loops=True)
+        except s_tir.ScheduleError:
+            at_root.append(info)  # e.g. a transpose: its loops do not follow the output's
+            continue
+        _vectorize_inner(sch, info.block_rv, lanes)
+    return at_root
+
+
+def _same_positions(sch: s_tir.Schedule, consumer, producer) -> bool:
+    """True if `consumer` computes exactly one output per output of `producer`, at the same position (it reads
+    producer[v...] with its own iteration variables, over the same non-unit extents). Then computing it per
+    tile of the producer covers every output; otherwise (a pad to a longer axis, a shift) it must run after."""
+    produced = sch.get(producer).writes[0].source.name
+    stmt, main = sch.get(consumer), sch.get(producer)
+    reads = [r for r in stmt.reads if r.source.name == produced]
+    if len(reads) != 1:
+        return False
+    variables = [iv.var for iv in stmt.iter_vars]
+    for rng in reads[0].region:
+        if int(rng.extent) != 1:
+            return False
+        if not (isinstance(rng.min, tirx.IntImm) and int(rng.min) == 0) and not any(
+            rng.min.same_as(v) for v in variables
+        ):
+            return False
+
+    def extents(block):
+        return [int(iv.dom.extent) for iv in block.iter_vars if iv.iter_type == 0 and int(iv.dom.extent) != 1]
+
+    return extents(stmt) == extents(main)
+
+
+class Contraction(ScheduleRule):
+    def apply(self, func, target, tunable):
+        try:
+            return self._apply(func, target)
+        except s_tir.ScheduleError:
+            log.debug("contraction rule does not apply to %s", func.attrs.get("global_symbol"))
+            return None
+
+    def _apply(self, func, target):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return None
+        reductions = [b for b in infos if b.is_reduction()]
+        if len(reductions) != 1 or not _is_multiply_accumulate(sch, reductions[0].block_rv):
+            return None
+        main = reductions[0]
+        kinds = main.dom_kind()
+        if kinds.rstrip("R") != kinds.replace("R", "") or kinds.count("S") < 2:
+            return None  # spatial axes must come first; we need a row and a column axis
+        position = infos.index(main)
+        producers, consumers = infos[:position], infos[position + 1 :]
+        if any(not b.is_injective() for b in producers + consumers):
+            return None
+        loops = sch.get_loops(main.block_rv)
+        spatial, reduce = loops[: kinds.count("S")], loops[kinds.count("S") :]
+        *outer, row, col = spatial
+        dtype_bits = sch.get(main.block_rv).writes[0].source.dtype.bits
+        lanes = _lanes(dtype_bits)
+        cols = COLS_VECTORS * lanes
+        col_extent, row_extent = _extent(sch, col), _extent(sch, row)
+        if col_extent is None or row_extent is None:
+            return None
+        while cols > lanes and col_extent % cols:
+            cols //= 2
+        if col_extent % cols:
+            return None  # a ragged vector axis would scalarize the whole kernel
+        rows = next(r for r in ROW_CHOICES if row_extent % r == 0)
+
+        # epilogue: fold the injective chain after the reduction into its last block, including side inputs
+        # computed before the reduction (a residual, a mask) that only the epilogue reads
+        main_inputs = {r.source.name for r in sch.get(main.block_rv).reads}
+        side = [b for b in producers if sch.get(b.block_rv).writes[0].source.name not in main_inputs]
+        producers = [b for b in producers if b not in side]
+        # (inlined even when read twice: epilogues are a few cheap operations deep)
+        if try_inline(sch, side + consumers[:-1]):
+            return None
+        row_o, row_i = sch.split(row, [None, rows])
+        col_o, col_i = sch.split(col, [None, cols])
+        sch.reorder(*outer, col_o, row_o, *reduce, row_i, col_i)
+        anchor = sch.fuse(*outer, col_o, row_o)  # one task per tile; neighbours share an input slab
+        sch.parallel(anchor)
+        accumulator = sch.cache_write(main.block_rv, 0, "local")
+        sch.reverse_compute_at(accumulator, anchor)
+        if consumers and _same_positions(sch, consumers[-1].block_rv, main.block_rv):
+            sch.reverse_compute_at(consumers[-1].block_rv, anchor)
+            _vectorize_inner(sch, consumers[-1].block_rv, lanes)
+        elif consumers:  # its own pass over the finished reduction
+            _elementwise_loops(sch, consumers[-1].block_rv, lanes)
+        _vectorize_inner(sch, accumulator, lanes)
+        sch.unroll(row_i)
+        sch.vectorize(col_i)
+        init = sch.decompose_reduction(main.block_rv, reduce[0])
+        _vectorize_inner(sch, init, lanes)
+        for producer in producers:
+            _elementwise_loops(sch, producer.block_rv, lanes)
+        return sch
+
+
+class Elementwise(ScheduleRule):
+    def apply(self, func, target, tunable):
+        try:
+            return self._apply(func, target)
+        except s_tir.ScheduleError:
+            log.debug("elementwise rule does not apply to %s", func.attrs.get("global_symbol"))
+            return None
+
+    def _apply(self, func, target):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None or not all(b.is_injective() for b in infos):
+            return None
+        remaining = _inline_single_use(sch, infos[:-1])
+        last = infos[-1].block_rv
+        lanes = _lanes(sch.get(last).writes[0].source.dtype.bits)
+        size = _outputs(sch, last)
+        loops = sch.get_loops(last)
+        inner = _extent(sch, loops[-1]) if loops else None
+        if len(loops) < 2 or inner is None or inner % lanes:
+            for block in remaining + [infos[-1]]:
+                _elementwise_loops(sch, block.block_rv, lanes)
+            return sch
+        sch.parallel(sch.fuse(*loops[:-1]))
+        chunk, vector = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(vector)
+        for block in _compute_at_tile(sch, remaining, chunk, size, lanes):
+            _elementwise_loops(sch, block.block_rv, lanes)
+        return sch
+
+
+class ParallelOuter(ScheduleRule):
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return None
+        for block in infos:
+            loops = sch.get_loops(block.block_rv)
+            spatial = [loop for loop, kind in zip(loops, block.dom_kind(), strict=True) if kind == "S"]
+            if spatial and spatial == loops[: len(spatial)]:
+                sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+        return sch
+
+
+def rules() -> list[ScheduleRule]:
+    return [Contraction(), Elementwise(), Reduction(), ParallelOuter()]

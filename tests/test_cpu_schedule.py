@@ -1,0 +1,202 @@
+"""The speed work keeps values: Relax rewrites (polyphase conv-transpose, aligned conv lengths, vectorizable
+sine) against torch, and the CPU schedules against the same graph unscheduled. Unit tier: small shapes."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+from tvm.s_tir import dlight
+
+from kokoro_tvm.compile import compile_relax, host_target
+from kokoro_tvm.cpu_schedule import rules
+
+# float64, different summation order only (polyphase regroups the taps): a few ulps of the result's scale
+F64_TOL = 1e-12
+
+
+def _run(build, inputs, dtype="float64"):
+    """Compile `build(*vars)` as a Relax function with our pipeline and run it on numpy `inputs`."""
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(x.shape, dtype)) for i, x in enumerate(inputs)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(build(*params))
+        bb.emit_func_output(out)
+    vm = relax.VirtualMachine(compile_relax(bb.get(), host_target()), tvm.cpu())
+    return vm["main"](*(tvm.runtime.tensor(x) for x in inputs)).numpy()
+
+
+@pytest.mark.parametrize(
+    "c_in, c_out, kernel, stride, padding, output_padding, steps",
+    [
+        (512, 256, 20, 10, 5, 0, 6),  # the generator's first upsampler
+        (256, 128, 12, 6, 3, 0, 9),  # the second
+        (11, 1, 20, 5, 0, 0, 17),  # the iSTFT's overlap-add
+        (4, 3, 5, 2, 1, 1, 7),  # a kernel that is not a multiple of the stride, with output padding
+    ],
+)
+def test_polyphase_conv_transpose_matches_torch(c_in, c_out, kernel, stride, padding, output_padding, steps):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, c_in, steps)), rng.standard_normal((c_in, c_out, kernel))
+    got = _run(
+        lambda a, b: relax.op.nn.conv1d_transpose(a, b, strides=stride, padding=padding, output_padding=output_padding),
+        [x, w],
+    )
+    want = torch.nn.functional.conv_transpose1d(
+        torch.tensor(x), torch.tensor(w), stride=stride, padding=padding, output_padding=output_padding
+    ).numpy()
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= F64_TOL * np.abs(want).max()
+
+
+@pytest.mark.parametrize(
+    "c_in, c_out, kernel, dilation, padding, steps", [(16, 16, 11, 5, 25, 77), (22, 24, 7, 1, 3, 101)]
+)
+def test_aligned_conv_matches_torch(c_in, c_out, kernel, dilation, padding, steps):
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((1, c_in, steps)), rng.standard_normal((c_out, c_in, kernel))
+    got = _run(lambda a, b: relax.op.nn.conv1d(a, b, padding=padding, dilation=dilation), [x, w])
+    want = torch.nn.functional.conv1d(torch.tensor(x), torch.tensor(w), padding=padding, dilation=dilation).numpy()
+    assert got.shape == want.shape  # the aligned conv's extra outputs are sliced off
+    assert np.abs(got - want).max() <= F64_TOL * np.abs(want).max()
+
+
+def test_vectorizable_sine_is_the_rounded_sine():
+    """Within one float32 ulp of the float64 sine rounded to float32 (the correctly rounded result), over
+    Snake-sized arguments and SineGen-sized phases (thousands of radians)."""
+    rng = np.random.default_rng(2)
+    x = np.concatenate([rng.standard_normal(1024) * scale for scale in (0.1, 3.0, 100.0, 3e4)]).astype(np.float32)
+    got = _run(relax.op.sin, [x[None]], dtype="float32")[0]
+    want = np.sin(x.astype(np.float64)).astype(np.float32)
+    assert np.all(np.abs(got - want) <= np.spacing(np.abs(want)))
+
+
+def _unscheduled_and_scheduled(build, inputs):
+    """Run the legalized graph twice: TVM's pipeline (nothing scheduled) and ours; also report which PrimFuncs
+    our rules scheduled."""
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(x.shape, "float32")) for i, x in enumerate(inputs)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(build(*params))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    target = tvm.target.Target(host_target())
+    outputs = []
+    for executable in (tvm.compile(mod, target=target), compile_relax(mod, host_target())):
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        outputs.append(vm["main"](*(tvm.runtime.tensor(x) for x in inputs)).numpy())
+    with target:
+        legal = tvm.transform.Sequential(relax.backend.cpu_generic.pipeline.legalize_passes(target))(mod)
+        scheduled = dlight.ApplyDefaultSchedule(*rules())(legal)
+    flags = {
+        gv.name_hint: bool(f.attrs and f.attrs.get("tirx.is_scheduled", False))
+        for gv, f in scheduled.functions_items()
+        if isinstance(f, tvm.tirx.PrimFunc)
+    }
+    return outputs, flags
+
+
+def _snake_block(x, w, b, alpha):
+    """conv + bias + leaky ReLU, then an InstanceNorm-like reduction and Snake: what the generator fuses."""
+    y = relax.op.nn.leakyrelu(relax.op.add(relax.op.nn.conv1d(x, w, padding=3), b), 0.1)
+    centered = relax.op.subtract(y, relax.op.mean(y, axis=[2], keepdims=True))
+    wave = relax.op.sin(relax.op.multiply(alpha, centered))
+    return relax.op.add(centered, relax.op.multiply(wave, wave))
+
+
+def test_every_primfunc_is_scheduled_and_values_are_kept():
+    rng = np.random.default_rng(3)
+    inputs = [
+        rng.standard_normal((1, 16, 96)).astype(np.float32),
+        rng.standard_normal((24, 16, 7)).astype(np.float32) * 0.2,
+        rng.standard_normal((1, 24, 1)).astype(np.float32),
+        rng.uniform(0.5, 2.0, (1, 24, 1)).astype(np.float32),
+    ]
+    (plain, ours), flags = _unscheduled_and_scheduled(_snake_block, inputs)
+    assert flags and all(flags.values()), f"unscheduled PrimFuncs: {[n for n, s in flags.items() if not s]}"
+    # float32, different summation order and our sine (<= 1 ulp): relative to the output's scale
+    assert np.abs(ours - plain).max() <= 1e-5 * np.abs(plain).max()
+
+
+def test_matmul_contraction_keeps_values():
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+    (plain, ours), flags = _unscheduled_and_scheduled(relax.op.matmul, [a, b])
+    assert all(flags.values())
+    assert np.abs(ours - a @ b).max() <= 1e-5 * np.abs(a @ b).max()
+    assert np.abs(plain - a @ b).max() <= 1e-5 * np.abs(a @ b).max()
+
+
+def test_folded_weight_norm_is_identical_and_undone():
+    from kokoro_tvm.export import ComponentShape, component_module, example_inputs, folded_weight_norm
+    from kokoro_tvm.weights import kmodel_skeleton
+
+    torch.manual_seed(0)
+    model = kmodel_skeleton().eval()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    hooks = sum(len(m._forward_pre_hooks) for m in model.modules())
+    inputs = example_inputs(ComponentShape("f0n", 8), torch.float32)
+    with torch.no_grad():
+        with folded_weight_norm(model):
+            folded = component_module(model, "f0n")(*inputs)
+            assert not any(k.endswith("_g") for k in model.state_dict())
+        stock = component_module(model, "f0n")(*inputs)
+    assert all(torch.equal(a, b) for a, b in zip(folded, stock, strict=True))
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert sum(len(m._forward_pre_hooks) for m in model.modules()) == hooks
+
+
+def _fused_primfuncs(build, shapes):
+    """The legalized, fused PrimFuncs of a small Relax graph, each re-parsed as a standalone function."""
+    import textwrap
+
+    from tvm.script import from_source
+    from tvm.script import tirx as T
+
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(build(*params))
+        bb.emit_func_output(out)
+    target = tvm.target.Target(host_target())
+    with target:
+        legal = tvm.transform.Sequential(relax.backend.cpu_generic.pipeline.legalize_passes(target))(bb.get())
+    lines = legal.script().split("\n")
+    for gv, func in legal.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            start = next(i for i, line in enumerate(lines) if line.strip().startswith(f"def {gv.name_hint}("))
+            end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("    @")), len(lines))
+            source = "@T.prim_func(s_tir=True)\n" + textwrap.dedent("\n".join(lines[start:end]))
+            yield gv.name_hint, from_source(source, extra_vars={"T": T}).with_attr("global_symbol", "main")
+
+
+def test_contraction_epilogue_onto_a_longer_axis_is_computed_everywhere():
+    """Regression: conv -> slice -> zero pad onto a longer axis (the generator's alignment makes this). The
+    epilogue's extra positions read no conv output, so computing it per conv tile left them unwritten."""
+    from kokoro_tvm.cpu_schedule import Contraction
+
+    def graph(x, w):
+        y = relax.op.strided_slice(relax.op.nn.conv1d(x, w), axes=[2], begin=[0], end=[90])
+        return relax.op.nn.pad(y, pad_width=[0, 0, 0, 0, 0, 38])
+
+    target = tvm.target.Target(host_target())
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((1, 8, 96)).astype(np.float32), rng.standard_normal((16, 8, 1)).astype(np.float32)
+    checked = 0
+    for name, func in _fused_primfuncs(graph, [x.shape, w.shape]):
+        schedule = Contraction().apply(func, target, False)
+        if schedule is None:
+            continue
+        lib = tvm.compile(schedule.mod, target=target)["main"]
+        out = tvm.runtime.tensor(np.full((1, 16, 128), np.nan, dtype=np.float32))
+        lib(tvm.runtime.tensor(x), tvm.runtime.tensor(w), out)
+        want = np.pad(
+            torch.nn.functional.conv1d(torch.tensor(x), torch.tensor(w)).numpy()[..., :90], [(0, 0), (0, 0), (0, 38)]
+        )
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5, err_msg=name)
+        checked += 1
+    assert checked == 1
