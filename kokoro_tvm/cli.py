@@ -1,4 +1,4 @@
-"""`kokoro-tvm` command line: say, compare, pipeline, weights.
+"""`kokoro-tvm` command line: say, compare, bench, pipeline, weights.
 
 Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
 `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
@@ -90,6 +90,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kokoro_tvm.bench import bench
+
+    record = bench(
+        args.text,
+        voice=args.voice,
+        threads=args.threads,
+        runs=args.runs,
+        warmup=args.warmup,
+        weights=args.weights,
+        components=not args.no_components,
+    )
+    print(json.dumps(record) if args.json else json.dumps(record, indent=1))
+    return 0
+
+
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from kokoro_tvm.pipeline import run
 
@@ -97,6 +113,13 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     for path in run(only=only, fast=args.fast):
         print(path)
     return 0
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,6 +154,19 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true", help="one JSON line")
     compare.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     compare.set_defaults(func=cmd_compare)
+
+    from kokoro_tvm.bench import DEFAULT_TEXT
+
+    bench = sub.add_parser("bench", help="PyTorch, ONNX Runtime int8 and TVM timed on one utterance")
+    bench.add_argument("--text", default=DEFAULT_TEXT, help="one utterance (default: an 11-12 s sentence)")
+    bench.add_argument("--voice", default=DEFAULT_VOICE)
+    bench.add_argument("--threads", type=_positive_int, default=2, help="threads for every backend (default 2)")
+    bench.add_argument("--runs", type=_positive_int, default=5, help="timed rounds; the median is reported")
+    bench.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    bench.add_argument("--no-components", action="store_true", help="skip the per-component timings")
+    bench.add_argument("--json", action="store_true", help="one JSON line")
+    bench.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    bench.set_defaults(func=cmd_bench)
 
     pipeline = sub.add_parser("pipeline", help="run the numbered notebooks in order with papermill")
     pipeline.add_argument("--fast", action="store_true", help="FAST=True in every notebook")
