@@ -25,7 +25,7 @@ from kokoro_tvm.paths import cache_dir
 log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops or converters change what a build computes.
-RECIPE_VERSION = "12-cpu-schedules"
+RECIPE_VERSION = "13-cpu-schedules"
 DTYPES = ("float32", "float64")
 
 

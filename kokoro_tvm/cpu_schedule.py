@@ -125,9 +125,10 @@ def _compute_at_tile(sch: s_tir.Schedule, blocks: list, loop, size: int, lanes: 
     ones (per-channel scales, masks) stay at the root, computed once. Returns the blocks left at the root."""
     at_root = []
     for info in reversed(blocks):
-        if _outputs(sch, info.block_rv) < size:
-            at_root.append(info)
-            continue
+        consumers = sch.get_consumers(info.block_rv)
+        if _outputs(sch, info.block_rv) < size or not all(_same_positions(sch, c, info.block_rv) for c in consumers):
+            at_root.append(info)  # per-channel values, or read at other positions (a shift, a transpose): a
+            continue  # per-tile copy would have to recompute a whole row or the whole buffer for every tile
         try:
             sch.compute_at(info.block_rv, loop, preserve_unit_loops=True)
         except s_tir.ScheduleError:
@@ -148,7 +149,7 @@ def _same_positions(sch: s_tir.Schedule, consumer, producer) -> bool:
         return False
     variables = [iv.var for iv in stmt.iter_vars]
     for rng in reads[0].region:
-        if int(rng.extent) != 1:
+        if not isinstance(rng.extent, tirx.IntImm) or int(rng.extent) != 1:
             return False
         if not (isinstance(rng.min, tirx.IntImm) and int(rng.min) == 0) and not any(
             rng.min.same_as(v) for v in variables
@@ -156,7 +157,7 @@ def _same_positions(sch: s_tir.Schedule, consumer, producer) -> bool:
             return False
 
     def extents(block):
-        return [int(iv.dom.extent) for iv in block.iter_vars if iv.iter_type == 0 and int(iv.dom.extent) != 1]
+        return [str(iv.dom.extent) for iv in block.iter_vars if iv.iter_type == 0 and str(iv.dom.extent) != "1"]
 
     return extents(stmt) == extents(main)
 

@@ -201,3 +201,26 @@ def test_contraction_epilogue_onto_a_longer_axis_is_computed_everywhere():
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5, err_msg=name)
         checked += 1
     assert checked == 1
+
+
+def test_values_read_at_other_positions_stay_outside_the_tile():
+    """Regression: a value read twice is computed per output chunk only if it is read at the chunk's own
+    positions. Read at other positions (a shift, a transpose), a per-chunk copy has to cover them too; with
+    the decoder's SineGen phase that meant the whole buffer for every chunk, quadratic in length (a
+    5120-frame decoder stalled for minutes)."""
+    from kokoro_tvm.cpu_schedule import Elementwise
+
+    def graph(x):
+        y = relax.op.multiply(x, x)
+        shifted = relax.op.concat(
+            [relax.op.strided_slice(y, [2], [1], [64]), relax.op.strided_slice(y, [2], [0], [1])], axis=2
+        )
+        return relax.op.add(y, shifted)
+
+    target = tvm.target.Target(host_target())
+    (name, func), *_ = list(_fused_primfuncs(graph, [(1, 48, 64)]))
+    schedule = Elementwise().apply(func, target, False)
+    assert schedule is not None, name
+    output_blocks = [b for b in schedule.get_child_blocks(schedule.get_sblock("root"))]
+    outer = [schedule.get(schedule.get_loops(b)[0]) for b in output_blocks]
+    assert len(outer) >= 2 and not outer[0].same_as(outer[-1]), "the shifted value was computed per chunk"
