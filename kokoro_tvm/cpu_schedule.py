@@ -162,21 +162,28 @@ def _same_positions(sch: s_tir.Schedule, consumer, producer) -> bool:
     return extents(stmt) == extents(main)
 
 
-class Contraction(ScheduleRule):
-    def apply(self, func, target, tunable):
-        try:
-            return self._apply(func, target)
-        except s_tir.ScheduleError:
-            log.debug("contraction rule does not apply to %s", func.attrs.get("global_symbol"))
-            return None
+class _CPURule(ScheduleRule):
+    """A rule for LLVM targets on a normalizable PrimFunc; a primitive that refuses means "not this rule"."""
 
-    def _apply(self, func, target):
+    def apply(self, func, target, tunable):
         if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
             return None
         sch = s_tir.Schedule(func)
         infos = normalize_prim_func(sch)
         if infos is None:
             return None
+        try:
+            return self.schedule(sch, infos)
+        except s_tir.ScheduleError:
+            log.debug("%s does not apply to %s", type(self).__name__, func.attrs.get("global_symbol"))
+            return None
+
+    def schedule(self, sch: s_tir.Schedule, infos: list) -> s_tir.Schedule | None:
+        raise NotImplementedError
+
+
+class Contraction(_CPURule):
+    def schedule(self, sch, infos):
         reductions = [b for b in infos if b.is_reduction()]
         if len(reductions) != 1 or not _is_multiply_accumulate(sch, reductions[0].block_rv):
             return None
@@ -233,20 +240,9 @@ class Contraction(ScheduleRule):
         return sch
 
 
-class Elementwise(ScheduleRule):
-    def apply(self, func, target, tunable):
-        try:
-            return self._apply(func, target)
-        except s_tir.ScheduleError:
-            log.debug("elementwise rule does not apply to %s", func.attrs.get("global_symbol"))
-            return None
-
-    def _apply(self, func, target):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None or not all(b.is_injective() for b in infos):
+class Elementwise(_CPURule):
+    def schedule(self, sch, infos):
+        if not all(b.is_injective() for b in infos):
             return None
         remaining = _inline_single_use(sch, infos[:-1])
         last = infos[-1].block_rv
@@ -266,14 +262,8 @@ class Elementwise(ScheduleRule):
         return sch
 
 
-class ParallelOuter(ScheduleRule):
-    def apply(self, func, target, tunable):
-        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
-            return None
-        sch = s_tir.Schedule(func)
-        infos = normalize_prim_func(sch)
-        if infos is None:
-            return None
+class ParallelOuter(_CPURule):
+    def schedule(self, sch, infos):
         for block in infos:
             loops = sch.get_loops(block.block_rv)
             spatial = [loop for loop, kind in zip(loops, block.dom_kind(), strict=True) if kind == "S"]
