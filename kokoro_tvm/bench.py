@@ -101,11 +101,9 @@ def bench(
 
     from kokoro_tvm.compile import compiled_kokoro
     from kokoro_tvm.noise import ZeroNoise
-    from kokoro_tvm.onnx_int8 import assemble_embedded_onnx
-    from kokoro_tvm.paths import cache_dir
     from kokoro_tvm.text import TextError, prepare
     from kokoro_tvm.voices import DEFAULT_VOICE, load_voice
-    from kokoro_tvm.weights import load_kmodel
+    from kokoro_tvm.weights import embedded_onnx, load_kmodel
 
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("runs and threads must be >= 1 and warmup >= 0")
@@ -132,8 +130,7 @@ def bench(
     session_options = onnxruntime.SessionOptions()
     session_options.intra_op_num_threads = threads
     session_options.inter_op_num_threads = 1
-    onnx_path = assemble_embedded_onnx(cache_dir() / "onnx" / "kokoro-int8.onnx")
-    session = onnxruntime.InferenceSession(str(onnx_path), session_options, providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(embedded_onnx()), session_options, providers=["CPUExecutionProvider"])
     ort_inputs = {
         "tokens": np.asarray([chunk.padded_ids], dtype=np.int64),
         "style": np.asarray(style, dtype=np.float32).reshape(1, -1),

@@ -119,6 +119,12 @@ def _read_state_dicts(path: Path) -> StateDicts:
     return {top: {k.removeprefix("module."): v for k, v in loaded[top].items()} for top in TOP_MODULES}
 
 
+def embedded_onnx() -> Path:
+    """The embedded int8 ONNX export, assembled once into the cache (checksum verified on every call): the
+    source of the default weights, and the ONNX Runtime baseline of `kokoro-tvm bench`."""
+    return onnx_int8.assemble_embedded_onnx(cache_dir() / "weights" / "kokoro-v1.0.int8.onnx")
+
+
 def embedded_state_dicts() -> tuple[Path, StateDicts]:
     """Dequantize the embedded int8 export once; later calls load the verified cache in seconds."""
     folder = cache_dir() / "weights"
@@ -132,7 +138,7 @@ def embedded_state_dicts() -> tuple[Path, StateDicts]:
         except WeightsError as exc:
             log.warning("cached weights are unreadable (%s); rebuilding them", exc)
     log.info("dequantizing the embedded int8 ONNX export of Kokoro-82M (once; about a minute)")
-    onnx_path = onnx_int8.assemble_embedded_onnx(folder / "kokoro-v1.0.int8.onnx")
+    onnx_path = embedded_onnx()
     # TorchSTFT has no buffers, so this key set is exactly the parameters of kokoro-v1_0.pth.
     expected = {k: tuple(v.shape) for k, v in kmodel_skeleton(disable_complex=False).state_dict().items()}
     flat, report = onnx_int8.recover_state_dict(onnx_path, expected, _weight_norm_g)
