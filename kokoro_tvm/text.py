@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass
 
 from kokoro_tvm.config import MAX_PHONEMES, PAD_TOKEN_ID, load_vocab
@@ -20,6 +21,9 @@ log = logging.getLogger(__name__)
 G2P_LANGUAGE = "en-us"
 SENTENCE_END = frozenset(".!?")
 CLAUSE_END = frozenset(",;:—…")
+# espeak-ng marks syllabic consonants with U+0329 ("button" -> bˈʌʔn̩), a symbol Kokoro's vocab lacks; Kokoro
+# writes them as a reduced vowel before the consonant (ᵊn), the convention misaki's English G2P follows too.
+SYLLABIC_CONSONANT = re.compile("(\\S)\u0329")
 # Symbols that carry no sound of their own: an input made only of these says nothing.
 SILENT_SYMBOLS = frozenset(";:,.!?—…\"()“” \t\n'-«»")
 
@@ -66,7 +70,7 @@ def text_to_phonemes(text: str) -> str:
     if not any(ch.isalnum() for ch in text):
         raise EmptyTextError(f"nothing to say: the text {text!r} has no letters or digits")
     phonemes, _ = _espeak_g2p()(text)
-    phonemes = " ".join(phonemes.split())
+    phonemes = SYLLABIC_CONSONANT.sub("ᵊ\\1", " ".join(phonemes.split()))
     _require_sound(phonemes, f"the text {text!r}")
     return phonemes
 

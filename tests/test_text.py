@@ -96,3 +96,12 @@ def test_exactly_one_of_text_or_phonemes():
         prepare()
     with pytest.raises(TypeError):
         prepare(text="a", phonemes="a")
+
+
+@pytest.mark.parametrize("word", ["button", "kitten", "certain"])
+def test_syllabic_consonants_become_vocab_symbols(word):
+    """espeak-ng writes these with U+0329 (not in Kokoro's vocab): found by the bucketing corpus."""
+    phonemes = text_to_phonemes(word)
+    assert "\u0329" not in phonemes and "ᵊn" in phonemes
+    assert prepare(text=word)[0].token_ids == tokenize(phonemes)
+
