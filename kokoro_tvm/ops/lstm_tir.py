@@ -12,8 +12,9 @@ from tvm import relax
 from tvm.script import tirx as T
 
 
-def recurrence_kernel(batch: int, steps: int, hidden: int, dtype: str):
-    """PrimFunc(gates_x [2, B, T, 4H], w_hh_t [2, H, 4H], lengths [B] int64, out [B, T, 2H]).
+def recurrence_kernel(batch: int, hidden: int, dtype: str):
+    """PrimFunc(gates_x [2, B, T, 4H], w_hh_t [2, H, 4H], lengths [B] int64, out [B, T, 2H]) for any T: the
+    time axis is a symbolic int64 bound from the buffers, so one kernel serves static and dynamic builds.
 
     gates_x holds x @ W_ih^T + b_ih + b_hh per direction; w_hh_t is W_hh transposed, so the per-step
     mat-vec runs over contiguous rows in whole vectors. Direction 1 walks t = length-1 .. 0. PyTorch's gate
@@ -25,13 +26,12 @@ def recurrence_kernel(batch: int, steps: int, hidden: int, dtype: str):
     chunks = four_h // lanes
 
     @T.prim_func(private=True)
-    def lstm_recurrence(
-        gates_x: T.Buffer((2, batch, steps, four_h), dtype),
-        w_hh_t: T.Buffer((2, hidden, four_h), dtype),
-        lengths: T.Buffer((batch,), "int64"),
-        out: T.Buffer((batch, steps, 2 * hidden), dtype),
-    ):
+    def lstm_recurrence(gates_x_handle: T.handle, w_hh_t: T.Buffer((2, hidden, four_h), dtype),
+                        lengths: T.Buffer((batch,), "int64"), out_handle: T.handle):  # fmt: skip
         T.func_attr({"tir.noalias": True})
+        steps = T.int64()
+        gates_x = T.match_buffer(gates_x_handle, (2, batch, steps, four_h), dtype)
+        out = T.match_buffer(out_handle, (batch, steps, 2 * hidden), dtype)
         h = T.alloc_buffer((2, batch, hidden), dtype)
         c = T.alloc_buffer((2, batch, hidden), dtype)
         gates = T.alloc_buffer((2, batch, four_h), dtype)
@@ -43,8 +43,8 @@ def recurrence_kernel(batch: int, steps: int, hidden: int, dtype: str):
                 for t_pad, j in T.grid(steps, hidden):
                     out[b, t_pad, d * hidden + j] = T.cast(0, dtype)
                 for step in range(steps):
-                    if T.cast(step, "int64") < lengths[b]:
-                        t = T.if_then_else(d == 0, T.cast(step, "int64"), lengths[b] - T.int64(1) - step)
+                    if step < lengths[b]:
+                        t = T.if_then_else(d == 0, step, lengths[b] - T.int64(1) - step)
                         for g0 in range(chunks):
                             for g1 in T.vectorized(lanes):
                                 gates[d, b, g0 * lanes + g1] = gates_x[d, b, t, g0 * lanes + g1]
@@ -67,7 +67,7 @@ def recurrence_kernel(batch: int, steps: int, hidden: int, dtype: str):
 def emit_masked_lstm(block_builder: relax.BlockBuilder, x, lengths, weights) -> relax.Var:
     """Emit the LSTM for relax values x [B, T, I], lengths [B] int64 and the 8 weights (op order)."""
     w_ih, w_hh, b_ih, b_hh, w_ih_r, w_hh_r, b_ih_r, b_hh_r = weights
-    batch, steps, _ = (int(v) for v in x.ty.shape)
+    batch, steps = int(x.ty.shape[0]), x.ty.shape[1]  # steps: an int or a symbolic length
     four_h, hidden = (int(v) for v in w_hh.ty.shape)
     dtype = x.ty.dtype
     emit = block_builder.emit
@@ -77,6 +77,6 @@ def emit_masked_lstm(block_builder: relax.BlockBuilder, x, lengths, weights) -> 
 
     gates_x = emit(relax.op.stack([projection(w_ih, b_ih, b_hh), projection(w_ih_r, b_ih_r, b_hh_r)], axis=0))
     w_stack = emit(relax.op.stack([relax.op.permute_dims(w_hh), relax.op.permute_dims(w_hh_r)], axis=0))
-    kernel = block_builder.add_func(recurrence_kernel(batch, steps, hidden, dtype), "masked_lstm_recurrence")
+    kernel = block_builder.add_func(recurrence_kernel(batch, hidden, dtype), "masked_lstm_recurrence")
     out_ty = relax.TensorType((batch, steps, 2 * hidden), dtype)
     return emit(relax.call_tir(kernel, [gates_x, w_stack, lengths], out_ty))
