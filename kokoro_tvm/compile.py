@@ -25,7 +25,7 @@ from kokoro_tvm.paths import cache_dir
 log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops or converters change what a build computes.
-RECIPE_VERSION = "13-cpu-schedules"
+RECIPE_VERSION = "14-lifted-weight-transforms"
 DTYPES = ("float32", "float64")
 
 
@@ -81,6 +81,19 @@ def relax_pipeline(target):
     return _pipeline
 
 
+# The VM function that turns the stored parameters into the ones `main` takes (see lift_weight_transforms).
+TRANSFORM_PARAMS = "main_transform_params"
+
+
+def lift_weight_transforms(mod):
+    """Move every computation that depends on weights alone (ALBERT's per-call `permute_dims` of each linear
+    weight, 12 times over for its one shared layer) out of `main` into TRANSFORM_PARAMS, which the runtime
+    calls once at load. Exact: the lifted ops are the same ops, run earlier."""
+    from tvm import relax
+
+    return relax.transform.LiftTransformParams()(mod)
+
+
 def compile_relax(mod, target: dict):
     """The Relax module -> VM executable with our pipeline."""
     import tvm
@@ -122,11 +135,15 @@ def _valid(folder: Path, fields: dict) -> Artifact | None:
     return artifact
 
 
+def _folder(spec: BuildSpec, fields: dict) -> Path:
+    return cache_dir() / "artifacts" / f"{spec.component}-{spec.dtype}-b{spec.batch}-n{spec.length}-{_key(fields)}"
+
+
 def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None) -> Artifact:
     """The cached artifact for `spec`, building it if missing or invalid. `model` must be in spec.dtype."""
     target = target or host_target()
     fields = _key_fields(spec, weights_fingerprint, target)
-    folder = cache_dir() / "artifacts" / f"{spec.component}-{spec.dtype}-b{spec.batch}-n{spec.length}-{_key(fields)}"
+    folder = _folder(spec, fields)
     cached = _valid(folder, fields)
     if cached is not None:
         return cached
@@ -161,7 +178,7 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     exported = export_component(model, spec.shape)
     t1 = time.perf_counter()
     with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
-        mod = to_relax(exported, keep_params_as_input=True)
+        mod = lift_weight_transforms(to_relax(exported, keep_params_as_input=True))
     t2 = time.perf_counter()
     executable = compile_relax(mod, target)
     library.parent.mkdir(parents=True, exist_ok=True)
@@ -188,6 +205,7 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
         "param_names": names,
         "params_file": str(params),
         "params_digest": digest,
+        "transform_params": TRANSFORM_PARAMS if TRANSFORM_PARAMS in {gv.name_hint for gv in mod.functions} else None,
         "library_sha256": file_sha256(library),
         "seconds": {"export": t1 - t0, "import": t2 - t1, "compile": t3 - t2},
         "relax_lines": relax_lines,
@@ -220,8 +238,50 @@ class OnDemandBuilder:
         return build(self.model, self.weights_fingerprint, BuildSpec(component, length, self.dtype), self.target)
 
 
-def compiled_kokoro(model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None):
-    """A runtime.TVMKokoro whose components are built on demand from `model` (in `dtype`)."""
+def compiled_kokoro(model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None, buckets=None):
+    """A runtime.TVMKokoro whose components are built on demand from `model` (in `dtype`); with a
+    kokoro_tvm.buckets.BucketSet, utterances run in its buckets, else at exact length."""
     from kokoro_tvm.runtime import TVMKokoro
 
-    return TVMKokoro(OnDemandBuilder(model, weights_fingerprint, dtype, target), dtype)
+    return TVMKokoro(OnDemandBuilder(model, weights_fingerprint, dtype, target), dtype, buckets)
+
+
+TOKEN_COMPONENTS = ("albert", "duration", "text_encoder")
+FRAME_COMPONENTS = ("f0n", "decoder")
+
+
+def bucket_specs(buckets, dtype: str = "float32") -> list[BuildSpec]:
+    """Every (component, length) a bucket set needs, token axis first, smallest first."""
+    return [BuildSpec(c, n, dtype) for n in buckets.tokens for c in TOKEN_COMPONENTS] + [
+        BuildSpec(c, n, dtype) for n in buckets.frames for c in FRAME_COMPONENTS
+    ]
+
+
+def precompile(model, weights_fingerprint: str, buckets, dtype: str = "float32", progress: bool = True) -> list[dict]:
+    """Build (or find in the cache) every artifact of a bucket set, with a progress bar; one record per
+    artifact: component, length, cached or built, seconds, library bytes."""
+    from tqdm.auto import tqdm
+
+    target = host_target()
+    records = []
+    specs = bucket_specs(buckets, dtype)
+    bar = tqdm(specs, desc=f"compile {buckets.name}", unit="artifact", disable=not progress)
+    for spec in bar:
+        bar.set_postfix_str(f"{spec.component} {spec.length}")
+        start = time.perf_counter()
+        manifest = _folder(spec, _key_fields(spec, weights_fingerprint, target)) / "manifest.json"
+        before = manifest.stat().st_mtime_ns if manifest.exists() else None
+        artifact = build(model, weights_fingerprint, spec, target)
+        cached = before is not None and manifest.stat().st_mtime_ns == before  # build() rewrites what it builds
+        records.append(
+            {
+                "component": spec.component,
+                "length": spec.length,
+                "dtype": dtype,
+                "cached": cached,
+                "seconds": time.perf_counter() - start,
+                "build_seconds": sum(artifact.manifest["seconds"].values()),
+                "library_bytes": artifact.library.stat().st_size,
+            }
+        )
+    return records

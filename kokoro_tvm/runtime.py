@@ -3,17 +3,20 @@
 `TVMKokoro` chains the five components exactly like pt.dynamic: ALBERT -> duration -> (host) durations and
 alignment as a gather -> F0N and text encoder -> (host) gather -> decoder, with SineGen noise as inputs.
 Artifacts come from a provider `(component, length) -> Artifact`, so building (which needs torch) stays in
-kokoro_tvm.compile and this module only loads and runs.
+kokoro_tvm.compile and this module only loads and runs. With a kokoro_tvm.buckets.BucketSet, each utterance
+runs in the smallest token and frame buckets that hold it; without one, at its exact lengths.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 import numpy as np
 
 from kokoro_tvm.artifacts import Artifact, ArtifactError
+from kokoro_tvm.buckets import BucketSet
 from kokoro_tvm.config import SAMPLES_PER_FRAME, STYLE_DIM
 from kokoro_tvm.noise import NoiseSource, ZeroNoise
 from kokoro_tvm.stages import Stages, alignment_from_durations, durations_from_logits
@@ -23,18 +26,32 @@ log = logging.getLogger(__name__)
 ArtifactProvider = Callable[[str, int], Artifact]
 
 
+def use_every_cpu() -> None:
+    """TVM's thread pool defaults to half the logical CPUs on x86 (it assumes hyper-threads): one thread on a
+    2-vCPU machine, which made every compiled component ~1.7x slower outside `kokoro-tvm bench` (which sets
+    the count). Unless TVM_NUM_THREADS is set, use every CPU this process may run on; TVM reads it once, when
+    its pool starts (the first parallel kernel)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("TVM_NUM_THREADS", str(cpus))
+
+
 class ComponentRunner:
     """One loaded artifact: call it with numpy inputs, get a tuple of numpy outputs."""
 
     def __init__(self, artifact: Artifact):
         import tvm
 
+        use_every_cpu()
         self.artifact = artifact
         try:
             self.vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(artifact.library)), tvm.cpu())
         except Exception as exc:  # TVM raises its own error types for unreadable libraries
             raise ArtifactError(f"cannot load compiled library {artifact.library}: {exc}") from exc
         self.params = [tvm.runtime.tensor(p) for p in artifact.load_params()]
+        transform = artifact.manifest.get("transform_params")
+        if transform:  # weight-only work lifted out of main at build time: done once, here
+            lifted = self.vm[transform](self.params)
+            self.params = [lifted[i] for i in range(len(lifted))]
         self._tensor = tvm.runtime.tensor
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -47,9 +64,10 @@ class ComponentRunner:
 class TVMKokoro:
     """The compiled model for one dtype; components are loaded on first use of each shape and kept."""
 
-    def __init__(self, provider: ArtifactProvider, dtype: str = "float32"):
+    def __init__(self, provider: ArtifactProvider, dtype: str = "float32", buckets: BucketSet | None = None):
         self.provider = provider
         self.dtype = np.dtype(dtype)
+        self.buckets = buckets
         self._runners: dict[tuple[str, int], ComponentRunner] = {}
 
     def runner(self, component: str, length: int) -> ComponentRunner:
@@ -68,12 +86,15 @@ class TVMKokoro:
         token_bucket: int | None = None,
         frame_bucket: int | None = None,
     ) -> Stages:
-        """Same contract as kokoro_tvm.reference.run_stages (batch 1). With buckets, the token axis is padded
-        to `token_bucket` and the aligned-frame axis to `frame_bucket`; every stage returned is the valid
-        prefix, which the padding-invariant components make equal to the unpadded model's."""
+        """Same contract as kokoro_tvm.reference.run_stages (batch 1). The token axis is padded to
+        `token_bucket` and the aligned-frame axis to `frame_bucket` (default: the bucket set's pick, or the
+        exact length without a set); every stage returned is the valid prefix, which the padding-invariant
+        components make equal to the unpadded model's."""
         noise = noise or ZeroNoise()
         ids = np.asarray(padded_ids, dtype=np.int64)[None]  # [1, T]
         n_tokens = ids.shape[1]
+        if token_bucket is None and self.buckets is not None:
+            token_bucket = self.buckets.token_bucket(n_tokens)
         t_bucket = _bucket(token_bucket, n_tokens, "token")
         style = np.asarray(style, dtype=self.dtype).reshape(1, -1)
         prosody, decoder_style = style[:, STYLE_DIM:], style[:, :STYLE_DIM]
@@ -87,6 +108,8 @@ class TVMKokoro:
         durations = durations_from_logits(duration_logits, speed)
         alignment = alignment_from_durations(durations)
         n_frames = alignment.shape[0]
+        if frame_bucket is None and self.buckets is not None:
+            frame_bucket = self.buckets.frame_bucket(n_frames)
         f_bucket = _bucket(frame_bucket, n_frames, "frame")
         frame_lengths = np.array([n_frames], dtype=np.int64)
         en = np.ascontiguousarray(d.transpose(0, 2, 1)[:, :, alignment])  # [1, 640, F]
@@ -121,6 +144,7 @@ class TVMKokoro:
             asr=asr,
             audio=audio.reshape(-1)[: n_frames * SAMPLES_PER_FRAME],
             noise=noise.description,
+            buckets=(t_bucket, f_bucket),
         )
 
 

@@ -28,6 +28,7 @@ class Stages:
     asr: np.ndarray  # [1, 512, F]
     audio: np.ndarray  # [600 F] at 24 kHz
     noise: str  # which NoiseSource made the SineGen noise
+    buckets: tuple[int, int] | None = None  # (token, frame) shapes the TVM runtime ran; None for PyTorch
 
     @property
     def n_frames(self) -> int:
