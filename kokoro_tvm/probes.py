@@ -300,6 +300,42 @@ def probe_native_mcpu() -> ProbeResult:
     )
 
 
+def _dynamic_length_probe(name: str, fn: Callable, buffers: dict, fix: str) -> ProbeResult:
+    """`fn(mods, x)` on x [1, 4, n] exported with a symbolic n, then the stock importer and an llvm build."""
+    from torch.export import Dim
+
+    holder = torch.nn.Module()
+    for key, value in buffers.items():
+        holder.register_buffer(key, value)
+    module = _Fn(fn, holder)
+    x = torch.randn(1, 4, 24)
+    shapes = (({2: Dim("n", min=2, max=500)},),)  # _Fn.forward takes *xs
+    stage, error = _attempt([("build", lambda: _stock_build(module, (x,), dynamic_shapes=shapes))])
+    return ProbeResult(name, stage, error is not None, error or "exports, imports and builds", fix)
+
+
+def probe_dynamic_buffer_slice() -> ProbeResult:
+    """ALBERT adds position embeddings sliced from a 512-long buffer to the first T positions."""
+    return _dynamic_length_probe(
+        "dynamic: slice a fixed-size buffer to the symbolic length",
+        lambda mods, x: x + mods[0].positions[:, :, : x.shape[2]],
+        {"positions": torch.randn(1, 4, 512)},
+        "pass position ids as an input instead of slicing the buffer",
+    )
+
+
+def probe_dynamic_scale_interpolate() -> ProbeResult:
+    """F0N and the decoder upsample by a scale factor (x2 nearest; SineGen's 1/300 linear)."""
+    return _dynamic_length_probe(
+        "dynamic: interpolate by scale_factor",
+        lambda mods, x: F.interpolate(x, scale_factor=2.0, mode="nearest"),
+        {},
+        "upsample by reshape/broadcast (repeat_interleave) instead of interpolate",
+    )
+
+
+DYNAMIC_PROBES = [probe_dynamic_buffer_slice, probe_dynamic_scale_interpolate]
+
 EXPORT_PROBES = [probe_pack_padded_export, probe_rand_in_graph, probe_randn_like_frozen, probe_bool_index_put]
 CONVERTER_PROBES = [
     probe_native_lstm_converter,
@@ -329,28 +365,91 @@ def _length_axes(component: str) -> list[int | None]:
     }[component]
 
 
-def export_static_and_dynamic(model, component: str, length: int = 16) -> dict:
-    """torch.export one component with a static length and with a symbolic one; what happens to each."""
+def _dynamic_shapes(component: str, inputs: tuple, length: int) -> tuple:
+    """torch.export dynamic_shapes with one symbolic length n on every length axis (2n, 600n where scaled)."""
     from torch.export import Dim
 
+    n = Dim("n", min=2, max=510 if component in ("albert", "duration", "text_encoder") else 5000)
+    dynamic = []
+    for axis, x in zip(_length_axes(component), inputs, strict=True):
+        if axis is None:
+            dynamic.append(None)
+        elif component == "decoder" and x.shape[axis] != length:  # F0/N (2F) and noise (600F)
+            dynamic.append({axis: (2 if x.shape[axis] == 2 * length else 600) * n})
+        else:
+            dynamic.append({axis: n})
+    return tuple(dynamic)
+
+
+def dynamic_build(model, component: str, lengths: tuple[int, ...] = (16, 40)) -> dict:
+    """One build with a symbolic length, through our export patches, converter table and CPU pipeline: the
+    stage it reaches (export, import, compile, run), the error where it stops, and otherwise its largest
+    difference from PyTorch at each of `lengths` with the build and run seconds."""
+    import time
+
+    import tvm
+
+    from kokoro_tvm.compile import compile_relax, host_target, lift_weight_transforms
+    from kokoro_tvm.convert import to_relax
+    from kokoro_tvm.export import ComponentShape, component_module, example_inputs, export_patches
+    from kokoro_tvm.reference import default_dtype
+
+    dtype = next(model.parameters()).dtype
+    module = component_module(model, component)
+    inputs = example_inputs(ComponentShape(component, lengths[0]), dtype)
+    report: dict = {"component": component, "dtype": str(dtype).removeprefix("torch."), "lengths": list(lengths)}
+    state: dict = {}
+
+    def export():
+        with export_patches(model), torch.no_grad(), default_dtype(dtype):
+            state["ep"] = torch.export.export(
+                module, inputs, dynamic_shapes=_dynamic_shapes(component, inputs, lengths[0])
+            )
+
+    def import_():
+        with default_dtype(dtype):
+            state["mod"] = lift_weight_transforms(to_relax(state["ep"], keep_params_as_input=True))
+
+    def compile_():
+        start = time.perf_counter()
+        state["vm"] = tvm.relax.VirtualMachine(compile_relax(state["mod"], host_target()), tvm.cpu())
+        report["compile_s"] = time.perf_counter() - start
+
+    def run():
+        ep = state["ep"]
+        named = dict(ep.named_parameters())
+        raw = [tvm.runtime.tensor(named[p].detach().numpy()) for p in ep.graph_signature.parameters]
+        lifted = state["vm"]["main_transform_params"](raw)
+        params = [lifted[i] for i in range(len(lifted))]
+        report["max_abs_diff"], report["run_s"] = {}, {}
+        for n in lengths:
+            xs = example_inputs(ComponentShape(component, n), dtype)
+            with torch.no_grad(), export_patches(model), default_dtype(dtype):
+                expected = module(*xs)
+            expected = expected if isinstance(expected, tuple) else (expected,)
+            start = time.perf_counter()
+            out = state["vm"]["main"](*(tvm.runtime.tensor(x.numpy()) for x in xs), *params)
+            report["run_s"][n] = time.perf_counter() - start
+            got = (out,) if hasattr(out, "numpy") else tuple(out[i] for i in range(len(out)))
+            report["max_abs_diff"][n] = max(
+                float(np.abs(g.numpy() - e.numpy()).max()) for g, e in zip(got, expected, strict=True)
+            )
+
+    stage, error = _attempt([("export", export), ("import", import_), ("compile", compile_), ("run", run)])
+    report.update(stage=stage, error=error, works=error is None)
+    return report
+
+
+def export_static_and_dynamic(model, component: str, length: int = 16) -> dict:
+    """torch.export one component with a static length and with a symbolic one; what happens to each."""
     from kokoro_tvm.export import ComponentShape, component_module, example_inputs, export_patches
     from kokoro_tvm.reference import default_dtype
 
     dtype = next(model.parameters()).dtype
     module = component_module(model, component)
     inputs = example_inputs(ComponentShape(component, length), dtype)
-    n = Dim("n", min=2, max=510 if component in ("albert", "duration", "text_encoder") else 5000)
-    scale = {0: None}
-    dynamic = []
-    for axis, x in zip(_length_axes(component), inputs, strict=True):
-        if axis is None:
-            dynamic.append(scale[0])
-        elif component == "decoder" and x.shape[axis] != length:  # F0/N (2F) and noise (600F)
-            dynamic.append({axis: (2 if x.shape[axis] == 2 * length else 600) * n})
-        else:
-            dynamic.append({axis: n})
     report = {}
-    for kind, shapes in (("static", None), ("dynamic", tuple(dynamic))):
+    for kind, shapes in (("static", None), ("dynamic", _dynamic_shapes(component, inputs, length))):
         with export_patches(model), torch.no_grad(), default_dtype(dtype):
             try:
                 torch.export.export(module, inputs, dynamic_shapes=shapes)

@@ -100,6 +100,30 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy()
 
 
+def _duration_stage(model, input_ids: torch.Tensor, ref_s: torch.Tensor, speed: float):
+    """ALBERT, the duration encoder, LSTM and projection at exact length: (d_en, d, logits, durations)."""
+    n_tokens = input_ids.shape[1]
+    input_lengths = torch.full((1,), n_tokens, dtype=torch.long)
+    text_mask = torch.zeros((1, n_tokens), dtype=torch.bool)
+    bert_dur = model.bert(input_ids, attention_mask=(~text_mask).int())
+    d_en = model.bert_encoder(bert_dur).transpose(-1, -2)
+    d = model.predictor.text_encoder(d_en, ref_s[:, 128:], input_lengths, text_mask)
+    x, _ = model.predictor.lstm(d)
+    duration_logits = model.predictor.duration_proj(x)
+    duration = torch.sigmoid(duration_logits).sum(dim=-1) / speed
+    return d_en, d, duration_logits, torch.round(duration).clamp(min=1).long().reshape(-1)
+
+
+@torch.no_grad()
+def predict_durations(model, padded_ids, style: np.ndarray, speed: float = 1.0) -> np.ndarray:
+    """Frames per token as pt.dynamic predicts them (what sets the aligned-frame length), without the decoder."""
+    dtype = next(model.parameters()).dtype
+    with default_dtype(dtype):
+        input_ids = torch.as_tensor(np.asarray(padded_ids, dtype=np.int64))[None]
+        ref_s = torch.as_tensor(np.asarray(style).reshape(1, -1), dtype=dtype)
+        return _np(_duration_stage(model, input_ids, ref_s, speed)[3])
+
+
 @torch.no_grad()
 def run_stages(
     model,
@@ -121,14 +145,8 @@ def run_stages(
         ref_s = torch.as_tensor(np.asarray(style).reshape(1, -1), dtype=dtype)
         input_lengths = torch.full((1,), n_tokens, dtype=torch.long)
         text_mask = torch.zeros((1, n_tokens), dtype=torch.bool)  # exact length: nothing is padding
-        bert_dur = model.bert(input_ids, attention_mask=(~text_mask).int())
-        d_en = model.bert_encoder(bert_dur).transpose(-1, -2)
+        d_en, d, duration_logits, durations = _duration_stage(model, input_ids, ref_s, speed)
         s = ref_s[:, 128:]
-        d = model.predictor.text_encoder(d_en, s, input_lengths, text_mask)
-        x, _ = model.predictor.lstm(d)
-        duration_logits = model.predictor.duration_proj(x)
-        duration = torch.sigmoid(duration_logits).sum(dim=-1) / speed
-        durations = torch.round(duration).clamp(min=1).long().reshape(-1)
         alignment = torch.repeat_interleave(torch.arange(n_tokens), durations)
         one_hot = torch.zeros((n_tokens, alignment.shape[0]), dtype=dtype)
         one_hot[alignment, torch.arange(alignment.shape[0])] = 1

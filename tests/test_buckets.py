@@ -1,0 +1,103 @@
+"""Bucket sets (unit tier, no torch or TVM): picking, overflow, specs, and the padded-compute measure."""
+
+import numpy as np
+import pytest
+
+from kokoro_tvm.bucket_study import FlopModel, Polynomial, evaluate
+from kokoro_tvm.buckets import (
+    ALIGN,
+    CANDIDATES,
+    DEFAULT_SET,
+    BucketSet,
+    BucketSpecError,
+    geometric,
+    parse_buckets,
+)
+from kokoro_tvm.config import MAX_POSITIONS
+
+SMALL = BucketSet("small", (32, 64, 512), (64, 128), overflow=256)
+
+
+@pytest.mark.parametrize("n, expected", [(1, 32), (32, 32), (33, 64), (64, 64), (65, 512), (512, 512)])
+def test_token_bucket_is_the_smallest_that_holds(n, expected):
+    assert SMALL.token_bucket(n) == expected
+
+
+@pytest.mark.parametrize("n, expected", [(1, 64), (64, 64), (65, 128), (129, 256), (256, 256), (257, 512)])
+def test_frames_past_the_largest_bucket_round_up_never_truncate(n, expected):
+    assert SMALL.frame_bucket(n) == expected
+
+
+def test_tokens_past_the_last_bucket_round_to_align_within_albert_positions():
+    only_small = BucketSet("t", (32,), (64,))
+    assert only_small.token_bucket(33) == 64
+    assert only_small.token_bucket(MAX_POSITIONS) == MAX_POSITIONS
+    with pytest.raises(ValueError, match="1..512 tokens"):
+        only_small.token_bucket(MAX_POSITIONS + 1)
+    with pytest.raises(ValueError, match="at least one frame"):
+        only_small.frame_bucket(0)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("nope", "unknown bucket set"),
+        ("tokens=30;frames=64", "multiples of 32"),
+        ("tokens=64,32;frames=64", "increasing"),
+        ("tokens=64;frames=", "no frame buckets"),
+        ("tokens=1024;frames=64", "stop at 512"),
+        ("tokens=a;frames=64", "integers"),
+    ],
+)
+def test_bad_bucket_specs_are_clear_errors(spec, message):
+    with pytest.raises(BucketSpecError, match=message):
+        parse_buckets(spec)
+
+
+def test_explicit_and_named_specs():
+    custom = parse_buckets("tokens=64,512;frames=256,1024")
+    assert custom.tokens == (64, 512) and custom.frames == (256, 1024) and custom.artifacts == 3 * 2 + 2 * 2
+    assert parse_buckets("default") == CANDIDATES[DEFAULT_SET]
+
+
+@pytest.mark.parametrize("ratio", [1.25, 1.5, 2.0])
+def test_geometric_sets_are_aligned_and_grow_by_about_the_ratio(ratio):
+    sizes = geometric(64, 2048, ratio)
+    assert sizes[0] == 64 and sizes[-1] == 2048
+    assert all(s % ALIGN == 0 for s in sizes)
+    steps = np.array(sizes[1:]) / np.array(sizes[:-1])
+    # rounding up to 32 can only enlarge a step by < 32/size; the last step may be merged up to 1.5 ratios
+    assert steps[:-1].min() >= ratio - 1e-9 and steps[:-1].max() <= ratio + ALIGN / 64
+    assert steps[-1] <= ratio * (1 + (ratio - 1) / 2) + ALIGN / 64
+
+
+def test_every_candidate_is_valid_and_covers_albert():
+    for buckets in CANDIDATES.values():
+        assert buckets.tokens[-1] == MAX_POSITIONS
+
+
+def _linear_flops():
+    return FlopModel(Polynomial((1.0, 0.0), 0.0), Polynomial((10.0, 0.0), 0.0), {})
+
+
+def test_overhead_is_zero_when_every_length_is_a_bucket():
+    lengths = [{"tokens": 32, "frames": 64}, {"tokens": 64, "frames": 128}]
+    record = evaluate(SMALL, lengths, _linear_flops())
+    assert record["mean_overhead"] == 0 and record["total_overhead"] == 0
+    assert record["artifacts_used"] == 3 * 2 + 2 * 2
+
+
+def test_overhead_counts_padded_compute_over_useful_compute():
+    # tokens 16 -> 32 (cost 16 -> 32), frames 100 -> 128 (cost 1000 -> 1280): (32 + 1280) / (16 + 1000) - 1
+    record = evaluate(SMALL, [{"tokens": 16, "frames": 100}], _linear_flops())
+    assert record["mean_overhead"] == pytest.approx((32 + 1280) / (16 + 1000) - 1, rel=1e-12)
+    assert record["token_padding"] == pytest.approx(1.0) and record["frame_padding"] == pytest.approx(0.28)
+
+
+def test_every_corpus_sentence_is_speakable_in_one_chunk():
+    from kokoro_tvm.bucket_study import load_sentences
+    from kokoro_tvm.text import prepare
+
+    sentences = load_sentences()
+    assert len(sentences) >= 200
+    assert all(len(prepare(text=s)) == 1 for s in sentences)  # each line is one utterance (<= 510 phonemes)
