@@ -3,7 +3,8 @@ process, backends interleaved round by round, the median of `runs` timed rounds 
 
 - torch: stock `KModel.forward_with_tokens` (what kokoro users run), fp32, `torch.set_num_threads(threads)`.
 - ort_int8: the embedded int8 ONNX model, `intra_op_num_threads=threads`.
-- tvm: `TVMKokoro.run_stages` at exact-length shapes (host steps included), TVM's pool set to `threads`.
+- tvm: `TVMKokoro.run_stages` in the bucket set `say --backend tvm` uses (default; padding included in the time)
+  or at exact lengths (`buckets="exact"`), host steps included, TVM's pool set to `threads`.
 - per_component: each compiled component against the same component graph in torch eager (the padding-invariant
   wrappers TVM compiles), on the inputs the TVM run actually fed it.
 - gflop_per_audio_s: torch's FlopCounterMode over the stock forward (convolutions and matmuls), per second of
@@ -94,11 +95,13 @@ def bench(
     warmup: int = 1,
     weights=None,
     components: bool = True,
+    buckets: str = "default",
 ) -> dict:
     import onnxruntime
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from kokoro_tvm.buckets import parse_buckets
     from kokoro_tvm.compile import compiled_kokoro
     from kokoro_tvm.noise import ZeroNoise
     from kokoro_tvm.text import TextError, prepare
@@ -107,6 +110,7 @@ def bench(
 
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("runs and threads must be >= 1 and warmup >= 0")
+    bucket_set = None if buckets == "exact" else parse_buckets(buckets)
     chunks = prepare(text=text)
     if len(chunks) != 1:
         raise TextError(f"bench takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
@@ -137,9 +141,9 @@ def bench(
         "speed": np.array([1.0], dtype=np.float32),
     }
 
-    compiled = compiled_kokoro(model, info.fingerprint, "float32")
+    compiled = compiled_kokoro(model, info.fingerprint, "float32", buckets=bucket_set)
     with _Recorder(compiled) as recorder:  # builds (or loads) every component outside the timed region
-        compiled.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+        first = compiled.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
 
     def run_tvm():
         return compiled.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
@@ -162,6 +166,9 @@ def bench(
         "gflop_per_audio_s": gflop / audio_s,
         "tvm_gflops": gflop / totals["tvm"],
         "weights_fingerprint": info.fingerprint,
+        "tvm_buckets": bucket_set.describe() if bucket_set else "exact",
+        "lengths": {"tokens": len(chunk.padded_ids), "frames": first.n_frames},
+        "tvm_shapes": {"tokens": first.buckets[0], "frames": first.buckets[1]},
     }
     if components:
         record["per_component"] = _per_component(model, compiled, recorder.inputs, runs, warmup)

@@ -1,4 +1,4 @@
-"""`kokoro-tvm` command line: say, compare, bench, pipeline, weights.
+"""`kokoro-tvm` command line: say, compile, compare, bench, pipeline, weights.
 
 Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
 `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
@@ -49,7 +49,13 @@ def cmd_say(args: argparse.Namespace) -> int:
     noise = "zero" if args.zero_noise else args.seed
     kwargs = {"phonemes": args.text} if args.phonemes else {"text": args.text}
     speech = synthesize(
-        **kwargs, voice=args.voice, speed=args.speed, noise=noise, backend=args.backend, weights=args.weights
+        **kwargs,
+        voice=args.voice,
+        speed=args.speed,
+        noise=noise,
+        backend=args.backend,
+        weights=args.weights,
+        buckets=args.buckets,
     )
     path = write_wav(
         args.output,
@@ -69,6 +75,32 @@ def cmd_say(args: argparse.Namespace) -> int:
         time.perf_counter() - start,
     )
     print(path)
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import torch
+
+    from kokoro_tvm.buckets import parse_buckets
+    from kokoro_tvm.compile import precompile
+    from kokoro_tvm.weights import load_kmodel
+
+    buckets = parse_buckets(args.buckets)  # a bad spec fails before the weights load
+    dtype = {"fp32": "float32", "fp64": "float64"}[args.precision]
+    log.info("precompiling %s (%d artifacts, %s)", buckets.describe(), buckets.artifacts, dtype)
+    model, info = load_kmodel(args.weights, dtype=getattr(torch, dtype))
+    records = precompile(model, info.fingerprint, buckets, dtype, progress=not args.quiet)
+    for record in records:
+        print(json.dumps(record))
+    built = [r for r in records if not r["cached"]]
+    log.info(
+        "%d artifacts: %d built in %.0f s, %d already cached; %.1f MB of libraries",
+        len(records),
+        len(built),
+        sum(r["seconds"] for r in built),
+        len(records) - len(built),
+        sum(r["library_bytes"] for r in records) / 1e6,
+    )
     return 0
 
 
@@ -101,6 +133,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         weights=args.weights,
         components=not args.no_components,
+        buckets=args.buckets,
     )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
@@ -138,12 +171,24 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--voice", default=DEFAULT_VOICE)
     say.add_argument("--speed", type=float, default=1.0)
     say.add_argument("--backend", choices=BACKENDS, default="torch")
+    say.add_argument(
+        "--buckets",
+        default="default",
+        help="TVM shapes: a bucket set (default, pow2, geo1.5, geo1.25, earlier, align32, "
+        "'tokens=..;frames=..') or 'exact' (one build per length)",
+    )
     say.add_argument("--phonemes", action="store_true", help="TEXT is a Kokoro phoneme string")
     say.add_argument("--seed", type=int, default=0, help="seed of SineGen's noise (default 0)")
     say.add_argument("--zero-noise", action="store_true", help="no SineGen noise at all")
     say.add_argument("--format", choices=WAV_FORMATS, default="float32", help="WAV sample format")
     say.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     say.set_defaults(func=cmd_say)
+
+    compile_ = sub.add_parser("compile", help="precompile every artifact of a bucket set into the cache")
+    compile_.add_argument("--buckets", default="default", help="a bucket set name or 'tokens=..;frames=..'")
+    compile_.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
+    compile_.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    compile_.set_defaults(func=cmd_compile)
 
     compare = sub.add_parser("compare", help="TVM against PyTorch pt.dynamic on one utterance, same noise")
     compare.add_argument("--text", required=True)
@@ -164,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=_positive_int, default=5, help="timed rounds; the median is reported")
     bench.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     bench.add_argument("--no-components", action="store_true", help="skip the per-component timings")
+    bench.add_argument("--buckets", default="default", help="TVM's shapes, as for say (default: the default set)")
     bench.add_argument("--json", action="store_true", help="one JSON line")
     bench.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     bench.set_defaults(func=cmd_bench)

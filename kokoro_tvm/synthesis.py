@@ -57,33 +57,43 @@ class TorchBackend:
 
 
 class TVMBackend:
-    """The compiled model (kokoro_tvm.runtime) at exact-length shapes, built on demand into the cache."""
+    """The compiled model (kokoro_tvm.runtime) in a bucket set (default: kokoro_tvm.buckets.DEFAULT_SET) or at
+    exact lengths (`buckets="exact"`); each shape is built on first use into the cache and reused."""
 
     name = "tvm"
 
     def __init__(self, compiled, weights):
         self.compiled, self.weights = compiled, weights  # a runtime.TVMKokoro and the WeightsInfo
+        self.shapes: list[tuple[int, int]] = []  # (token, frame) bucket of each chunk spoken
 
     @classmethod
-    def load(cls, weights=None, dtype: str = "float32") -> TVMBackend:
+    def load(cls, weights=None, dtype: str = "float32", buckets: str = "default") -> TVMBackend:
         import torch
 
+        from kokoro_tvm.buckets import parse_buckets
         from kokoro_tvm.compile import compiled_kokoro
         from kokoro_tvm.weights import load_kmodel
 
+        bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
         model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
-        return cls(compiled_kokoro(model, info.fingerprint, dtype), info)
+        return cls(compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set), info)
+
+    def describe(self, last_chunks: int) -> dict:
+        """The bucket policy and the (token, frame) shapes the last `last_chunks` chunks ran in."""
+        buckets = self.compiled.buckets
+        return {"buckets": buckets.describe() if buckets else "exact", "shapes": self.shapes[-last_chunks:]}
 
     def speak(self, chunk: Chunk, style: np.ndarray, speed: float, noise: NoiseSource, stream: int):
         stages = self.compiled.run_stages(chunk.padded_ids, style, speed=speed, noise=noise, stream=stream)
+        self.shapes.append(stages.buckets)
         return stages.audio, stages.durations
 
 
-def make_backend(name: str, weights=None):
+def make_backend(name: str, weights=None, buckets: str = "default"):
     if name == "torch":
         return TorchBackend.load(weights)
     if name == "tvm":
-        return TVMBackend.load(weights)
+        return TVMBackend.load(weights, buckets=buckets)
     raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
 
 
@@ -102,15 +112,17 @@ def synthesize(
     noise: str | int | NoiseSource = 0,
     backend="torch",
     weights=None,
+    buckets: str = "default",
 ) -> Speech:
     """Speak `text` (or a raw phoneme string). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
-    `backend`: a name (built after the input is validated) or a backend object."""
+    `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name):
+    a kokoro_tvm.buckets spec or 'exact'."""
     speed = check_speed(speed)
     noise = noise_source(noise)
     chunks = prepare(text=text, phonemes=phonemes)
     pack = load_voice(voice)
     if isinstance(backend, str):
-        backend = make_backend(backend, weights=weights)
+        backend = make_backend(backend, weights=weights, buckets=buckets)
     pieces, durations = [], []
     for i, chunk in enumerate(chunks):
         audio, dur = backend.speak(chunk, pack.style(len(chunk.phonemes)), speed, noise, stream=i)
@@ -127,4 +139,6 @@ def synthesize(
         "weights": backend.weights.as_dict(),
         "sample_rate": SAMPLE_RATE,
     }
+    if hasattr(backend, "describe"):
+        metadata["tvm"] = backend.describe(len(chunks))
     return Speech(np.concatenate(pieces), chunks, durations, metadata)
