@@ -134,6 +134,9 @@ def bench(
     session_options = onnxruntime.SessionOptions()
     session_options.intra_op_num_threads = threads
     session_options.inter_op_num_threads = 1
+    # ORT's idle workers spin by default: interleaved with the other backends, they would burn a core
+    # during the next backend's timed run
+    session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(str(embedded_onnx()), session_options, providers=["CPUExecutionProvider"])
     ort_inputs = {
         "tokens": np.asarray([chunk.padded_ids], dtype=np.int64),
