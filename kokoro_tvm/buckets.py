@@ -111,6 +111,11 @@ def parse_buckets(spec: str) -> BucketSet:
         return CANDIDATES[DEFAULT_SET]
     if spec in CANDIDATES:
         return CANDIDATES[spec]
+    if spec == "dynamic":
+        raise BucketSpecError(
+            "dynamic shapes are not offered: on TVM 0.27 three of five components fail to build with a symbolic "
+            "length, and the two that build run 40-120x slower than static buckets (NOTES/bucketing.md)"
+        )
     fields = dict(part.split("=", 1) for part in spec.split(";") if "=" in part)
     if set(fields) != {"tokens", "frames"}:
         raise BucketSpecError(

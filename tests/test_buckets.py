@@ -47,6 +47,7 @@ def test_tokens_past_the_last_bucket_round_to_align_within_albert_positions():
         ("tokens=64;frames=", "no frame buckets"),
         ("tokens=1024;frames=64", "stop at 512"),
         ("tokens=a;frames=64", "integers"),
+        ("dynamic", "not offered"),
     ],
 )
 def test_bad_bucket_specs_are_clear_errors(spec, message):
