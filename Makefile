@@ -1,5 +1,6 @@
 # Two commands do all the set-up on a machine with Python 3.11, make and git:
-#   make run    create .venv if missing, install the project, run the main job
+#   make run    create .venv if missing, install the project, speak the demo sentence, then run every notebook
+#               (papermill) into outputs/ and write the shared report outputs/index.html + summary.json
 #   make test   the same set-up, then the test suite (unit + real-weights tiers)
 PYTHON ?= python3.11
 VENV := .venv
@@ -18,6 +19,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/kokoro-tvm say "$(DEMO_TEXT)" --voice jm_kumo -o outputs/demo.wav
+	$(BIN)/kokoro-tvm pipeline
 
 test: $(STAMP)
 	$(BIN)/ruff check kokoro_tvm tests

@@ -140,11 +140,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
+    from kokoro_tvm import paths
     from kokoro_tvm.pipeline import run
 
     only = [s.strip() for s in args.only.split(",")] if args.only else None
     for path in run(only=only, fast=args.fast):
         print(path)
+    print(paths.outputs_dir() / "index.html")
     return 0
 
 

@@ -1,7 +1,8 @@
-"""Run the numbered notebooks in order with papermill into outputs/<notebook>/.
+"""Run the numbered notebooks in order with papermill into outputs/<notebook>/, then the shared report.
 
 Unknown parameter names are rejected (papermill only warns), and a failing notebook stops the run with a
-message naming the notebook and the cell.
+message naming the notebook and the cell. After the notebooks, outputs/index.html and outputs/summary.json are
+rewritten over everything in outputs/ (kokoro_tvm.index_page).
 """
 
 from __future__ import annotations
@@ -77,4 +78,14 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
                 f"{notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} (executed copy: {out})"
             ) from exc
         executed.append(out)
+    write_report()
     return executed
+
+
+def write_report() -> tuple[Path, Path]:
+    """outputs/index.html and outputs/summary.json, stating the weights the notebooks resolve by default."""
+    from kokoro_tvm.index_page import write_index
+    from kokoro_tvm.weights import load_weights
+
+    info, _ = load_weights()
+    return write_index(weights=info.as_dict())

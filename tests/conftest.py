@@ -18,3 +18,39 @@ def jm_kumo():
     from kokoro_tvm.voices import load_voice
 
     return load_voice("jm_kumo")
+
+
+CHROMIUM_PACKAGES = ("chromium", "chromium-driver")  # Debian's headless browser and its WebDriver
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """Headless Chromium through Selenium; the Debian packages are installed here when missing (needs root and
+    apt-get, as on CI and in our containers; elsewhere the test is skipped with the reason)."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("chromedriver") is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            pytest.skip("chromium-driver is not installed and cannot be (needs root and apt-get)")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CHROMIUM_PACKAGES],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    browser = shutil.which("chromium")
+    if browser:
+        options.binary_location = browser
+    driver = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
+    yield driver
+    driver.quit()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from kokoro_tvm.pipeline import NOTEBOOK_DIR, PipelineError, declared_parameters, notebooks, run
+from kokoro_tvm.pipeline import PipelineError, declared_parameters, notebooks, run
 
 NOTEBOOKS = notebooks()
 MAX_CELL_LINES = 15
@@ -38,12 +38,47 @@ def test_unknown_parameters_are_rejected():
         run(only=["01"], parameters={"FASTT": True})
 
 
+@pytest.fixture(scope="module")
+def fast_pipeline(tmp_path_factory):
+    """`kokoro-tvm pipeline --fast` once, every notebook in order, into a fresh outputs folder."""
+    outputs = tmp_path_factory.mktemp("outputs")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KOKORO_TVM_OUTPUTS", str(outputs))
+        executed = run(fast=True)
+    return outputs, executed
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_fast(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("KOKORO_TVM_OUTPUTS", str(tmp_path))
-    (executed,) = run(only=[path.stem], fast=True)
-    assert executed.exists()
-    metrics = json.loads((tmp_path / path.stem / "metrics.json").read_text())
+def test_notebook_runs_fast(path, fast_pipeline):
+    outputs, executed = fast_pipeline
+    assert outputs / path.stem / path.name in executed
+    metrics = json.loads((outputs / path.stem / "metrics.json").read_text())
     assert metrics["parameters"]["FAST"] is True and metrics["metrics"]
     assert metrics["versions"]["apache-tvm"] and "git_sha" in metrics
-    assert NOTEBOOK_DIR.exists()
+
+
+def test_pipeline_writes_the_shared_report(fast_pipeline):
+    outputs, _ = fast_pipeline
+    summary = json.loads((outputs / "summary.json").read_text())
+    assert [e["notebook"] for e in summary["notebooks"]] == [p.stem for p in NOTEBOOKS]
+    assert summary["weights"]["fingerprint"] and summary["versions"]["apache-tvm"] and summary["machine"]
+    for entry in summary["notebooks"]:
+        assert entry["parameters"]["FAST"] is True and entry["executed_notebook"]
+        assert all((outputs / figure).exists() for figure in entry["figures"])
+    assert (outputs / "index.html").read_text().count("<section") == len(NOTEBOOKS)
+
+
+def test_report_renders_in_headless_chromium(fast_pipeline, chromium):
+    outputs, _ = fast_pipeline
+    summary = json.loads((outputs / "summary.json").read_text())
+    chromium.get((outputs / "index.html").as_uri())
+    assert chromium.title.startswith("kokoro-tvm report")
+    images = chromium.execute_script(
+        "return Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0]);"
+    )
+    expected = [f for entry in summary["notebooks"] for f in entry["figures"]]
+    assert sorted(src for src, _ in images) == sorted(expected) and expected, "every saved figure is on the page"
+    assert all(loaded for _, loaded in images), [src for src, loaded in images if not loaded]
+    tables = chromium.execute_script("return document.querySelectorAll('table').length;")
+    rows = chromium.execute_script("return document.querySelectorAll('section tbody tr').length;")
+    assert tables == 1 + 2 * len(NOTEBOOKS) and rows >= len(NOTEBOOKS)  # run table + parameters/metrics each

@@ -1,0 +1,142 @@
+"""The shared analysis report: outputs/index.html and outputs/summary.json over every executed notebook.
+
+Built from what the notebooks wrote (outputs/<notebook>/metrics.json and the figures beside it), so it can be
+regenerated at any time without rerunning anything. Key metrics are the scalar values of each metrics.json
+(top level, and one level into dicts); figures are the PNGs the notebook saved. Provenance (git SHA, versions,
+machine, time) comes from each notebook's own record; the weights are stated once for the page.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import logging
+from pathlib import Path
+
+from kokoro_tvm.paths import outputs_dir
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_METRICS = 30
+
+
+def key_metrics(values: dict) -> dict:
+    """Scalars at the top level of a notebook's metrics and one level into its dicts ('a.b'), in order."""
+    found = {}
+    for name, value in values.items():
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            found[name] = value
+        elif isinstance(value, dict):
+            found.update({f"{name}.{k}": v for k, v in value.items() if isinstance(v, (bool, int, float, str))})
+        if len(found) >= MAX_KEY_METRICS:
+            break
+    return dict(list(found.items())[:MAX_KEY_METRICS])
+
+
+def _notebook_entry(folder: Path, root: Path) -> dict | None:
+    path = folder / "metrics.json"
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        log.warning("skipping %s: %s", path, exc)
+        return None
+    executed = folder / f"{folder.name}.ipynb"
+    return {
+        "notebook": folder.name,
+        "parameters": record.get("parameters", {}),
+        "key_metrics": key_metrics(record.get("metrics", {})),
+        "figures": sorted(str(p.relative_to(root)) for p in folder.glob("*.png")),
+        "executed_notebook": str(executed.relative_to(root)) if executed.exists() else None,
+        "git_sha": record.get("git_sha"),
+        "versions": record.get("versions", {}),
+        "machine": record.get("machine", {}),
+        "time_utc": record.get("time_utc"),
+    }
+
+
+def build_summary(root: Path | None = None, weights: dict | None = None) -> dict:
+    root = Path(root or outputs_dir())
+    entries = [e for folder in sorted(p for p in root.iterdir() if p.is_dir()) if (e := _notebook_entry(folder, root))]
+    latest = max(entries, key=lambda e: e["time_utc"] or "", default={})
+    return {
+        "generated_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "git_sha": latest.get("git_sha"),
+        "versions": latest.get("versions", {}),
+        "machine": latest.get("machine", {}),
+        "weights": weights,
+        "notebooks": entries,
+    }
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+def _table(rows: dict, header: tuple[str, str]) -> str:
+    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{_cell(v)}</td></tr>" for k, v in rows.items())
+    return f"<table><thead><tr><th>{header[0]}</th><th>{header[1]}</th></tr></thead><tbody>{body}</tbody></table>"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; vertical-align: top; }
+thead th { background: #f0f0f0; }
+section { border-top: 2px solid #ddd; margin-top: 2em; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.3em 0; }
+code { background: #f6f6f6; }
+"""
+
+
+def render_html(summary: dict) -> str:
+    sha = summary.get("git_sha") or "unknown"
+    head = {
+        "git SHA": sha,
+        "generated (UTC)": summary["generated_utc"],
+        "machine": json.dumps(summary.get("machine", {})),
+        "weights": json.dumps(summary.get("weights")),
+        **{f"version: {k}": v for k, v in summary.get("versions", {}).items()},
+    }
+    sections = []
+    for entry in summary["notebooks"]:
+        name = html.escape(entry["notebook"])
+        link = entry["executed_notebook"]
+        figures = "".join(
+            f'<figure><img src="{html.escape(f)}" alt="{html.escape(Path(f).stem)}"></figure>' for f in entry["figures"]
+        )
+        sections.append(
+            f'<section id="{name}"><h2>{name}</h2>'
+            + (f'<p>Executed notebook: <a href="{html.escape(link)}">{html.escape(link)}</a>' if link else "<p>")
+            + f" · ran {html.escape(str(entry['time_utc']))} at <code>{html.escape(str(entry['git_sha']))}</code></p>"
+            + "<h3>Parameters</h3>"
+            + _table(entry["parameters"], ("parameter", "value"))
+            + "<h3>Key metrics</h3>"
+            + _table(entry["key_metrics"], ("metric", "value"))
+            + (f"<h3>Figures</h3>{figures}" if figures else "")
+            + "</section>"
+        )
+    toc = "".join(
+        f'<li><a href="#{html.escape(e["notebook"])}">{html.escape(e["notebook"])}</a></li>'
+        for e in summary["notebooks"]
+    )
+    return (
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>kokoro-tvm report ({html.escape(sha[:10])})"
+        f"</title><style>{STYLE}</style></head><body><h1>kokoro-tvm: notebook report</h1>"
+        f"{_table(head, ('run', 'value'))}<ul>{toc}</ul>{''.join(sections)}</body></html>"
+    )
+
+
+def write_index(root: Path | None = None, weights: dict | None = None) -> tuple[Path, Path]:
+    """Write outputs/index.html and outputs/summary.json; returns their paths."""
+    root = Path(root or outputs_dir())
+    summary = build_summary(root, weights)
+    summary_path, index_path = root / "summary.json", root / "index.html"
+    summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    index_path.write_text(render_html(summary))
+    log.info("report: %s (%d notebooks)", index_path, len(summary["notebooks"]))
+    return index_path, summary_path
