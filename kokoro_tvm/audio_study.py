@@ -41,23 +41,20 @@ class Speakers:
     """Each backend as `speak(sentence) -> float32 audio`, built once."""
 
     def __init__(self, voice: str, seed: int, threads: int | None = None):
-        import onnxruntime
         import torch
 
         from kokoro_tvm.buckets import CANDIDATES, DEFAULT_SET
         from kokoro_tvm.compile import compiled_kokoro
         from kokoro_tvm.noise import SeededNoise
+        from kokoro_tvm.ort_int8 import OrtInt8
         from kokoro_tvm.voices import load_voice
-        from kokoro_tvm.weights import embedded_onnx, load_kmodel
+        from kokoro_tvm.weights import load_kmodel
 
         self.model, self.weights = load_kmodel()
         self.pack, self.noise, self.seed = load_voice(voice), SeededNoise(seed), seed
         self.tvm_exact = compiled_kokoro(self.model, self.weights.fingerprint)
         self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=CANDIDATES[DEFAULT_SET])
-        options = onnxruntime.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        self.ort = onnxruntime.InferenceSession(str(embedded_onnx()), options, providers=["CPUExecutionProvider"])
+        self.ort = OrtInt8(threads)
         self._torch = torch
 
     def speak(self, backend: str, sentence: str) -> np.ndarray:
@@ -74,12 +71,7 @@ class Speakers:
         elif backend in ("tvm_exact", "tvm_bucketed"):
             audio = getattr(self, backend).run_stages(chunk.padded_ids, style, noise=self.noise).audio
         elif backend == "ort_int8":
-            inputs = {
-                "tokens": np.asarray([chunk.padded_ids], dtype=np.int64),
-                "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
-                "speed": np.array([1.0], dtype=np.float32),
-            }
-            (audio,) = self.ort.run(None, inputs)
+            audio = self.ort.speak(chunk.padded_ids, style)
         else:
             raise ValueError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
         return np.asarray(audio, dtype=np.float32).reshape(-1)

@@ -92,21 +92,21 @@ def bench(
     voice: str | None = None,
     threads: int = 2,
     runs: int = 5,
-    warmup: int = 1,
+    warmup: int = 3,
     weights=None,
     components: bool = True,
     buckets: str = "default",
 ) -> dict:
-    import onnxruntime
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from kokoro_tvm.buckets import parse_buckets
     from kokoro_tvm.compile import compiled_kokoro
     from kokoro_tvm.noise import ZeroNoise
+    from kokoro_tvm.ort_int8 import OrtInt8
     from kokoro_tvm.text import TextError, prepare
     from kokoro_tvm.voices import DEFAULT_VOICE, load_voice
-    from kokoro_tvm.weights import embedded_onnx, load_kmodel
+    from kokoro_tvm.weights import load_kmodel
 
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("runs and threads must be >= 1 and warmup >= 0")
@@ -131,18 +131,7 @@ def bench(
         run_torch()
     gflop = counter.get_total_flops() / 1e9
 
-    session_options = onnxruntime.SessionOptions()
-    session_options.intra_op_num_threads = threads
-    session_options.inter_op_num_threads = 1
-    # ORT's idle workers spin by default: interleaved with the other backends, they would burn a core
-    # during the next backend's timed run
-    session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = onnxruntime.InferenceSession(str(embedded_onnx()), session_options, providers=["CPUExecutionProvider"])
-    ort_inputs = {
-        "tokens": np.asarray([chunk.padded_ids], dtype=np.int64),
-        "style": np.asarray(style, dtype=np.float32).reshape(1, -1),
-        "speed": np.array([1.0], dtype=np.float32),
-    }
+    ort = OrtInt8(threads)
 
     compiled = compiled_kokoro(model, info.fingerprint, "float32", buckets=bucket_set)
     with _Recorder(compiled) as recorder:  # builds (or loads) every component outside the timed region
@@ -152,7 +141,7 @@ def bench(
         return compiled.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
 
     totals = _median_interleaved(
-        {"torch": run_torch, "ort_int8": lambda: session.run(None, ort_inputs), "tvm": run_tvm}, runs, warmup
+        {"torch": run_torch, "ort_int8": lambda: ort.speak(chunk.padded_ids, style), "tvm": run_tvm}, runs, warmup
     )
     record = {
         "text": text,
