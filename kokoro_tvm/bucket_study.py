@@ -19,13 +19,11 @@ from importlib import resources
 
 import numpy as np
 
-from kokoro_tvm.buckets import BucketSet
+from kokoro_tvm.buckets import FRAME_COMPONENTS, TOKEN_COMPONENTS, BucketSet
 
 log = logging.getLogger(__name__)
 
 CORPUS = "sentences_en.txt"
-TOKEN_COMPONENTS = ("albert", "duration", "text_encoder")
-FRAME_COMPONENTS = ("f0n", "decoder")
 
 
 def load_sentences() -> list[str]:
@@ -112,7 +110,8 @@ def evaluate(buckets: BucketSet, lengths: list[dict], flops: FlopModel) -> dict:
         "token_buckets": list(buckets.tokens),
         "frame_buckets": list(buckets.frames),
         "artifacts": buckets.artifacts,
-        "artifacts_used": 3 * len(set(token_b.tolist())) + 2 * len(set(frame_b.tolist())),
+        "artifacts_used": len(TOKEN_COMPONENTS) * len(set(token_b.tolist()))
+        + len(FRAME_COMPONENTS) * len(set(frame_b.tolist())),
         "mean_overhead": float(np.mean(padded / useful - 1)),  # per utterance, then averaged
         "total_overhead": float(padded.sum() / useful.sum() - 1),  # the corpus's compute as a whole
         "max_overhead": float(np.max(padded / useful - 1)),
@@ -191,15 +190,18 @@ def _reset_peak_rss() -> int | None:
         return None
 
 
-def profile_artifact(artifact, runs: int = 3) -> dict:
-    """Median run seconds and the memory one artifact adds at its peak (loaded library, parameters, the VM's
-    intermediates), measured in a fresh process so that peaks of other shapes do not hide it."""
+def profile_artifact(folder, runs: int = 3) -> dict:
+    """Median run seconds and the memory one artifact (a cache folder, as precompile records it) adds at its
+    peak (loaded library, parameters, the VM's intermediates), measured in a fresh process so that peaks of
+    other shapes do not hide it."""
     import json
     import subprocess
     import sys
 
-    key = artifact.manifest["key"]
-    args = [str(artifact.library.parent), key["component"], str(key["length"]), str(runs)]
+    from kokoro_tvm.artifacts import Artifact
+
+    key = Artifact.open(folder).manifest["key"]
+    args = [str(folder), key["component"], str(key["length"]), str(runs)]
     out = subprocess.run(
         [sys.executable, "-m", "kokoro_tvm.bucket_study", *args], check=True, capture_output=True, text=True
     )

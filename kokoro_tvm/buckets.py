@@ -21,6 +21,11 @@ ALIGN = 32
 OVERFLOW_FRAMES = 256  # past the largest frame bucket: round up to this (padding overhead < 256 frames)
 
 
+# Which compiled components run on which axis.
+TOKEN_COMPONENTS = ("albert", "duration", "text_encoder")
+FRAME_COMPONENTS = ("f0n", "decoder")
+
+
 class BucketSpecError(ValueError):
     """A --buckets value that does not describe a bucket set."""
 
@@ -61,8 +66,8 @@ class BucketSet:
 
     @property
     def artifacts(self) -> int:
-        """Compiled components the whole set needs: three on the token axis, two on the frame axis."""
-        return 3 * len(self.tokens) + 2 * len(self.frames)
+        """Compiled components the whole set needs, both axes."""
+        return len(TOKEN_COMPONENTS) * len(self.tokens) + len(FRAME_COMPONENTS) * len(self.frames)
 
     def describe(self) -> str:
         return f"{self.name}: tokens {list(self.tokens)}, frames {list(self.frames)}, then multiples of {self.overflow}"

@@ -246,12 +246,10 @@ def compiled_kokoro(model, weights_fingerprint: str, dtype: str = "float32", tar
     return TVMKokoro(OnDemandBuilder(model, weights_fingerprint, dtype, target), dtype, buckets)
 
 
-TOKEN_COMPONENTS = ("albert", "duration", "text_encoder")
-FRAME_COMPONENTS = ("f0n", "decoder")
-
-
 def bucket_specs(buckets, dtype: str = "float32") -> list[BuildSpec]:
     """Every (component, length) a bucket set needs, token axis first, smallest first."""
+    from kokoro_tvm.buckets import FRAME_COMPONENTS, TOKEN_COMPONENTS
+
     return [BuildSpec(c, n, dtype) for n in buckets.tokens for c in TOKEN_COMPONENTS] + [
         BuildSpec(c, n, dtype) for n in buckets.frames for c in FRAME_COMPONENTS
     ]
@@ -259,7 +257,7 @@ def bucket_specs(buckets, dtype: str = "float32") -> list[BuildSpec]:
 
 def precompile(model, weights_fingerprint: str, buckets, dtype: str = "float32", progress: bool = True) -> list[dict]:
     """Build (or find in the cache) every artifact of a bucket set, with a progress bar; one record per
-    artifact: component, length, cached or built, seconds, library bytes."""
+    artifact: component, length, cached or built, seconds, library bytes, its folder in the cache."""
     from tqdm.auto import tqdm
 
     target = host_target()
@@ -282,6 +280,7 @@ def precompile(model, weights_fingerprint: str, buckets, dtype: str = "float32",
                 "seconds": time.perf_counter() - start,
                 "build_seconds": sum(artifact.manifest["seconds"].values()),
                 "library_bytes": artifact.library.stat().st_size,
+                "folder": str(artifact.library.parent),
             }
         )
     return records
