@@ -209,7 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--voice", default=DEFAULT_VOICE)
     bench.add_argument("--threads", type=_positive_int, default=2, help="threads for every backend (default 2)")
     bench.add_argument("--runs", type=_positive_int, default=5, help="timed rounds; the median is reported")
-    bench.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    bench.add_argument(
+        "--warmup", type=int, default=3, help="untimed rounds first (default 3: PyTorch eager needs more than one)"
+    )
     bench.add_argument("--no-components", action="store_true", help="skip the per-component timings")
     bench.add_argument("--buckets", default="default", help="TVM's shapes, as for say (default: the default set)")
     bench.add_argument("--json", action="store_true", help="one JSON line")
