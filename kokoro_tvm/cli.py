@@ -1,4 +1,4 @@
-"""`kokoro-tvm` command line: say, compile, compare, bench, pipeline, weights.
+"""`kokoro-tvm` command line: say, compile, gpu-build, compare, bench, pipeline, weights.
 
 Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
 `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 
 from kokoro_tvm import __version__
 
@@ -56,6 +57,7 @@ def cmd_say(args: argparse.Namespace) -> int:
         backend=args.backend,
         weights=args.weights,
         buckets=args.buckets,
+        device=args.device,
     )
     path = write_wav(
         args.output,
@@ -104,6 +106,29 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gpu_build(args: argparse.Namespace) -> int:
+    from kokoro_tvm.buckets import FRAME_COMPONENTS, TOKEN_COMPONENTS
+    from kokoro_tvm.gpu_builds import build_components
+    from kokoro_tvm.weights import load_kmodel
+
+    every = list(TOKEN_COMPONENTS) + list(FRAME_COMPONENTS)
+    chosen = every if not args.components else [c.strip() for c in args.components.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(every))
+    if unknown or not chosen:
+        raise ValueError(f"unknown component(s) {unknown}; choose from {', '.join(every)}")
+    lengths = {c: args.tokens if c in TOKEN_COMPONENTS else args.frames for c in chosen}
+    model, _info = load_kmodel(args.weights)
+    manifest = build_components(model, args.target, lengths, Path(args.out), export=args.export)
+    failed = 0
+    for entry in manifest["components"]:
+        summary = {k: entry[k] for k in ("component", "length", "kernel_count", "threadgroup_sizes", "source_bytes")}
+        summary.update({k: entry[k] for k in ("nvcc", "export") if k in entry}, problems=entry["problems"])
+        print(json.dumps(summary))
+        failed += bool(entry["problems"]) or entry.get("nvcc", {}).get("status") == "failed"
+    log.info("%d component(s) built for %s into %s; %d with problems", len(lengths), args.target, args.out, failed)
+    return 1 if failed else 0
+
+
 def cmd_weights(args: argparse.Namespace) -> int:
     from kokoro_tvm.weights import load_weights
 
@@ -116,7 +141,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from kokoro_tvm.parity import compare_text
 
     record = compare_text(
-        args.text, voice=args.voice, precision=args.precision, seed=args.seed, weights=args.weights, bucket=args.bucket
+        args.text,
+        voice=args.voice,
+        precision=args.precision,
+        seed=args.seed,
+        weights=args.weights,
+        bucket=args.bucket,
+        device=args.device,
     )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
@@ -159,6 +190,7 @@ def _positive_int(value: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from kokoro_tvm.audio_io import WAV_FORMATS
+    from kokoro_tvm.runtime import DEVICES
     from kokoro_tvm.synthesis import BACKENDS
     from kokoro_tvm.voices import DEFAULT_VOICE
 
@@ -184,7 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--zero-noise", action="store_true", help="no SineGen noise at all")
     say.add_argument("--format", choices=WAV_FORMATS, default="float32", help="WAV sample format")
     say.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    say.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (metal/cuda: where one exists)")
     say.set_defaults(func=cmd_say)
+
+    gpu = sub.add_parser("gpu-build", help="build every component for Metal or CUDA; save and check the sources")
+    gpu.add_argument("--target", choices=("metal", "cuda"), default="metal")
+    gpu.add_argument("--tokens", type=_positive_int, default=32, help="token-axis length (default 32)")
+    gpu.add_argument("--frames", type=_positive_int, default=64, help="frame-axis length (default 64)")
+    gpu.add_argument("--components", help="comma-separated subset (default: all five)")
+    gpu.add_argument("--out", default="outputs/06_metal_builds/sources", help="folder for sources + manifest")
+    gpu.add_argument("--export", action="store_true", help="also export a Metal library (macOS only)")
+    gpu.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    gpu.set_defaults(func=cmd_gpu_build)
 
     compile_ = sub.add_parser("compile", help="precompile every artifact of a bucket set into the cache")
     compile_.add_argument("--buckets", default="default", help="a bucket set name or 'tokens=..;frames=..'")
@@ -200,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--bucket", type=int, help="pad the aligned-frame axis to N frames (default: exact)")
     compare.add_argument("--json", action="store_true", help="one JSON line")
     compare.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    compare.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (where one exists)")
     compare.set_defaults(func=cmd_compare)
 
     from kokoro_tvm.bench import DEFAULT_TEXT

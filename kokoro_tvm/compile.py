@@ -54,9 +54,48 @@ def host_target() -> dict:
     return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
 
 
+# Apple GPUs: 32-wide SIMD groups and up to 1024 threads per threadgroup (TVM's Metal defaults are 16 and 256).
+# The host code is arm64 macOS: the only place a Metal library can be exported and run.
+METAL_TARGET = {
+    "kind": "metal",
+    "max_threads_per_block": 1024,
+    "thread_warp_size": 32,
+    "host": {"kind": "llvm", "mtriple": "arm64-apple-macos"},
+}
+
+
+def gpu_target(kind: str, host: dict | None = None) -> dict:
+    """The JSON-dict target for a GPU build: "metal" (arm64 macOS host) or "cuda" (this machine's CPU as the
+    host, so the library runs here when a CUDA device exists)."""
+    if kind == "metal":
+        return dict(METAL_TARGET, host=host or METAL_TARGET["host"])
+    if kind == "cuda":
+        return {"kind": "cuda", "arch": _cuda_arch(), "host": host or host_target()}
+    raise ValueError(f"GPU target must be 'metal' or 'cuda', got {kind!r}")
+
+
+def _cuda_arch() -> str:
+    """This machine's GPU architecture, or sm_80 (A100-class) where there is no CUDA device to ask."""
+    import tvm
+
+    device = tvm.cuda(0)
+    return f"sm_{device.compute_version.replace('.', '')}" if device.exist else "sm_80"
+
+
+def check_dtype_for_target(dtype: str, target: dict) -> None:
+    """Metal has no float64: a float64 (verification) build for Metal is refused with the reason."""
+    if target["kind"] == "metal" and dtype == "float64":
+        raise ValueError("Metal has no float64: the float64 verification build runs on the CPU (or CUDA)")
+
+
 def relax_pipeline(target):
-    """TVM's CPU pipeline plus our Relax rewrites before legalization and our schedules after fusion
-    (TVM 0.27's own CPU pipeline leaves every PrimFunc unscheduled: serial scalar loops)."""
+    """The Relax pipeline for `target`: kokoro_tvm.gpu_schedule's for GPU targets; for the CPU, TVM's CPU
+    pipeline plus our Relax rewrites before legalization and our schedules after fusion (TVM 0.27's own
+    CPU pipeline leaves every PrimFunc unscheduled: serial scalar loops)."""
+    if target.kind.name in ("metal", "cuda"):
+        from kokoro_tvm import gpu_schedule
+
+        return gpu_schedule.relax_pipeline(target)
     import tvm
     from tvm import relax
     from tvm.s_tir import dlight
@@ -94,12 +133,42 @@ def lift_weight_transforms(mod):
     return relax.transform.LiftTransformParams()(mod)
 
 
-def compile_relax(mod, target: dict):
-    """The Relax module -> VM executable with our pipeline."""
+def lower(mod, target: dict):
+    """The Relax module after our pipeline for `target`: every PrimFunc scheduled, not yet code-generated
+    (kokoro_tvm.gpu_builds inspects it: which kernels exist, their thread bindings)."""
     import tvm
 
     tvm_target = tvm.target.Target(target)
-    return tvm.compile(mod, target=tvm_target, relax_pipeline=relax_pipeline(tvm_target))
+    return relax_pipeline(tvm_target)(mod)
+
+
+def compile_lowered(lowered, target: dict):
+    """A module from `lower` -> VM executable (TVM's TIR pipeline and code generation only)."""
+    import tvm
+
+    return tvm.compile(lowered, target=tvm.target.Target(target), relax_pipeline=None)
+
+
+def compile_relax(mod, target: dict):
+    """The Relax module -> VM executable with our pipeline."""
+    return compile_lowered(lower(mod, target), target)
+
+
+def relax_module(model, spec: BuildSpec):
+    """Export `model`'s component at `spec` and import it into Relax, weight-only work lifted out of main.
+    Returns (module, exported program, {"export": s, "import": s})."""
+    from kokoro_tvm.convert import to_relax
+    from kokoro_tvm.export import export_component
+    from kokoro_tvm.reference import default_dtype
+
+    if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
+        raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
+    t0 = time.perf_counter()
+    exported = export_component(model, spec.shape)
+    t1 = time.perf_counter()
+    with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
+        mod = lift_weight_transforms(to_relax(exported, keep_params_as_input=True))
+    return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 
 def _key(fields: dict) -> str:
@@ -160,12 +229,7 @@ def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
 def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
     import torch
 
-    from kokoro_tvm.convert import to_relax
-    from kokoro_tvm.export import export_component
-    from kokoro_tvm.reference import default_dtype
-
-    if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
-        raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
+    check_dtype_for_target(spec.dtype, target)
     log.info(
         "building %s (%s, length %d, batch %d) for %s",
         spec.component,
@@ -174,16 +238,13 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
         spec.batch,
         target.get("mcpu", target["kind"]),
     )
-    t0 = time.perf_counter()
-    exported = export_component(model, spec.shape)
-    t1 = time.perf_counter()
-    with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
-        mod = lift_weight_transforms(to_relax(exported, keep_params_as_input=True))
+    mod, exported, seconds = relax_module(model, spec)
     t2 = time.perf_counter()
     executable = compile_relax(mod, target)
     library.parent.mkdir(parents=True, exist_ok=True)
     executable.export_library(str(library))
     t3 = time.perf_counter()
+    seconds["compile"] = t3 - t2
     names = list(exported.graph_signature.parameters)
     named = dict(exported.named_parameters())
     with torch.no_grad():
@@ -194,10 +255,10 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     log.info(
         "built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines",
         spec.component,
-        t3 - t0,
-        t1 - t0,
-        t2 - t1,
-        t3 - t2,
+        sum(seconds.values()),
+        seconds["export"],
+        seconds["import"],
+        seconds["compile"],
         relax_lines,
     )
     return {
@@ -207,7 +268,7 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
         "params_digest": digest,
         "transform_params": TRANSFORM_PARAMS if TRANSFORM_PARAMS in {gv.name_hint for gv in mod.functions} else None,
         "library_sha256": file_sha256(library),
-        "seconds": {"export": t1 - t0, "import": t2 - t1, "compile": t3 - t2},
+        "seconds": seconds,
         "relax_lines": relax_lines,
     }
 
@@ -238,12 +299,24 @@ class OnDemandBuilder:
         return build(self.model, self.weights_fingerprint, BuildSpec(component, length, self.dtype), self.target)
 
 
-def compiled_kokoro(model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None, buckets=None):
-    """A runtime.TVMKokoro whose components are built on demand from `model` (in `dtype`); with a
-    kokoro_tvm.buckets.BucketSet, utterances run in its buckets, else at exact length."""
-    from kokoro_tvm.runtime import TVMKokoro
+def target_for(device: str) -> dict:
+    """The build target for a runtime device: this CPU, or a GPU target (kokoro_tvm.gpu_schedule)."""
+    return host_target() if device == "cpu" else gpu_target(device)
 
-    return TVMKokoro(OnDemandBuilder(model, weights_fingerprint, dtype, target), dtype, buckets)
+
+def compiled_kokoro(
+    model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None, buckets=None, device="cpu"
+):
+    """A runtime.TVMKokoro whose components are built on demand from `model` (in `dtype`) for `device`; with
+    a kokoro_tvm.buckets.BucketSet, utterances run in its buckets, else at exact length. A missing device
+    is reported before anything is built."""
+    from kokoro_tvm.runtime import TVMKokoro, require_device
+
+    if device != "cpu":
+        require_device(device)
+        check_dtype_for_target(dtype, target_for(device))
+    provider = OnDemandBuilder(model, weights_fingerprint, dtype, target or target_for(device))
+    return TVMKokoro(provider, dtype, buckets, device)
 
 
 def bucket_specs(buckets, dtype: str = "float32") -> list[BuildSpec]:

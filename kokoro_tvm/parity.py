@@ -46,17 +46,23 @@ def compare_text(
     weights=None,
     speed: float = 1.0,
     bucket: int | None = None,
+    device: str = "cpu",
 ) -> dict:
-    """The `kokoro-tvm compare` record: TVM against unpadded pt.dynamic at `precision`. `bucket`: pad the
-    aligned-frame axis to that many frames (and the token axis to token_bucket_for(T)); None: exact shapes."""
+    """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision`.
+    `bucket`: pad the aligned-frame axis to that many frames (and the token axis to token_bucket_for(T));
+    None: exact shapes."""
     import torch
 
-    from kokoro_tvm.compile import compiled_kokoro
+    from kokoro_tvm.compile import check_dtype_for_target, compiled_kokoro
     from kokoro_tvm.reference import run_stages
+    from kokoro_tvm.runtime import require_device
     from kokoro_tvm.weights import load_kmodel
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if device != "cpu":  # before any text, weights or build work
+        check_dtype_for_target(PRECISIONS[precision], {"kind": device})
+        require_device(device)
     chunks = prepare(text=text)
     if len(chunks) != 1:
         raise TextError(f"compare takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
@@ -67,13 +73,14 @@ def compare_text(
     noise = SeededNoise(seed)
     reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
     token_bucket = token_bucket_for(len(chunk.padded_ids)) if bucket is not None else None
-    compiled = compiled_kokoro(model, info.fingerprint, dtype).run_stages(
+    compiled = compiled_kokoro(model, info.fingerprint, dtype, device=device).run_stages(
         chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket
     )
     return {
         "text": text,
         "voice": pack.name,
         "precision": precision,
+        "device": device,
         "tokens": int(reference.token_ids.shape[0]),
         "frames": reference.n_frames,
         "bucket": bucket,

@@ -25,6 +25,32 @@ log = logging.getLogger(__name__)
 
 ArtifactProvider = Callable[[str, int], Artifact]
 
+DEVICES = ("cpu", "metal", "cuda")
+_WHERE = {
+    "metal": "Metal runs need macOS on an Apple GPU; here, `kokoro-tvm gpu-build --target metal` generates and "
+    "checks the Metal sources",
+    "cuda": "CUDA runs need an NVIDIA GPU and its driver; `kokoro-tvm gpu-build --target cuda` generates and "
+    "compiles the sources without one",
+}
+
+
+class DeviceUnavailableError(ValueError):
+    """The requested device does not exist on this machine."""
+
+
+def require_device(name: str) -> None:
+    """Raise DeviceUnavailableError (one clear line) unless device `name` exists here."""
+    import tvm
+
+    if name not in DEVICES:
+        raise DeviceUnavailableError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
+    try:
+        exists = tvm.device(name, 0).exist
+    except Exception:  # a TVM runtime built without that device's support
+        exists = False
+    if not exists:
+        raise DeviceUnavailableError(f"no {name} device on this machine: {_WHERE.get(name, '')}")
+
 
 def use_every_cpu() -> None:
     """TVM's thread pool defaults to half the logical CPUs on x86 (it assumes hyper-threads): one thread on a
@@ -38,16 +64,17 @@ def use_every_cpu() -> None:
 class ComponentRunner:
     """One loaded artifact: call it with numpy inputs, get a tuple of numpy outputs."""
 
-    def __init__(self, artifact: Artifact):
+    def __init__(self, artifact: Artifact, device: str = "cpu"):
         import tvm
 
         use_every_cpu()
         self.artifact = artifact
+        self.device = tvm.device(device, 0)
         try:
-            self.vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(artifact.library)), tvm.cpu())
+            self.vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(artifact.library)), self.device)
         except Exception as exc:  # TVM raises its own error types for unreadable libraries
             raise ArtifactError(f"cannot load compiled library {artifact.library}: {exc}") from exc
-        self.params = [tvm.runtime.tensor(p) for p in artifact.load_params()]
+        self.params = [tvm.runtime.tensor(p, device=self.device) for p in artifact.load_params()]
         transform = artifact.manifest.get("transform_params")
         if transform:  # weight-only work lifted out of main at build time: done once, here
             lifted = self.vm[transform](self.params)
@@ -55,25 +82,32 @@ class ComponentRunner:
         self._tensor = tvm.runtime.tensor
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        out = self.vm["main"](*(self._tensor(np.ascontiguousarray(x)) for x in inputs), *self.params)
+        tensors = (self._tensor(np.ascontiguousarray(x), device=self.device) for x in inputs)
+        out = self.vm["main"](*tensors, *self.params)
         if hasattr(out, "numpy"):
             return (out.numpy(),)
         return tuple(out[i].numpy() for i in range(len(out)))
 
 
 class TVMKokoro:
-    """The compiled model for one dtype; components are loaded on first use of each shape and kept."""
+    """The compiled model for one dtype on one device ("cpu", or "metal"/"cuda" with artifacts built for it);
+    components are loaded on first use of each shape and kept."""
 
-    def __init__(self, provider: ArtifactProvider, dtype: str = "float32", buckets: BucketSet | None = None):
+    def __init__(
+        self, provider: ArtifactProvider, dtype: str = "float32", buckets: BucketSet | None = None, device: str = "cpu"
+    ):
+        if device != "cpu":
+            require_device(device)
         self.provider = provider
         self.dtype = np.dtype(dtype)
         self.buckets = buckets
+        self.device = device
         self._runners: dict[tuple[str, int], ComponentRunner] = {}
 
     def runner(self, component: str, length: int) -> ComponentRunner:
         key = (component, length)
         if key not in self._runners:
-            self._runners[key] = ComponentRunner(self.provider(component, length))
+            self._runners[key] = ComponentRunner(self.provider(component, length), self.device)
         return self._runners[key]
 
     def run_stages(

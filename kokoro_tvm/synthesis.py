@@ -67,21 +67,28 @@ class TVMBackend:
         self.shapes: list[tuple[int, int]] = []  # (token, frame) bucket of each chunk spoken
 
     @classmethod
-    def load(cls, weights=None, dtype: str = "float32", buckets: str = "default") -> TVMBackend:
+    def load(cls, weights=None, dtype: str = "float32", buckets: str = "default", device: str = "cpu") -> TVMBackend:
         import torch
 
         from kokoro_tvm.buckets import parse_buckets
         from kokoro_tvm.compile import compiled_kokoro
+        from kokoro_tvm.runtime import require_device
         from kokoro_tvm.weights import load_kmodel
 
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
+        if device != "cpu":
+            require_device(device)  # so does a missing device
         model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
-        return cls(compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set), info)
+        return cls(compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device), info)
 
     def describe(self, last_chunks: int) -> dict:
         """The bucket policy and the (token, frame) shapes the last `last_chunks` chunks ran in."""
         buckets = self.compiled.buckets
-        return {"buckets": buckets.describe() if buckets else "exact", "shapes": self.shapes[-last_chunks:]}
+        return {
+            "buckets": buckets.describe() if buckets else "exact",
+            "shapes": self.shapes[-last_chunks:],
+            "device": self.compiled.device,
+        }
 
     def speak(self, chunk: Chunk, style: np.ndarray, speed: float, noise: NoiseSource, stream: int):
         stages = self.compiled.run_stages(chunk.padded_ids, style, speed=speed, noise=noise, stream=stream)
@@ -89,11 +96,13 @@ class TVMBackend:
         return stages.audio, stages.durations
 
 
-def make_backend(name: str, weights=None, buckets: str = "default"):
+def make_backend(name: str, weights=None, buckets: str = "default", device: str = "cpu"):
+    if name != "tvm" and device != "cpu":
+        raise ValueError(f"--device {device} applies to the tvm backend only (the {name} backend runs on the CPU)")
     if name == "torch":
         return TorchBackend.load(weights)
     if name == "tvm":
-        return TVMBackend.load(weights, buckets=buckets)
+        return TVMBackend.load(weights, buckets=buckets, device=device)
     raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
 
 
@@ -113,16 +122,17 @@ def synthesize(
     backend="torch",
     weights=None,
     buckets: str = "default",
+    device: str = "cpu",
 ) -> Speech:
     """Speak `text` (or a raw phoneme string). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
     `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name):
-    a kokoro_tvm.buckets spec or 'exact'."""
+    a kokoro_tvm.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
     speed = check_speed(speed)
     noise = noise_source(noise)
     chunks = prepare(text=text, phonemes=phonemes)
     pack = load_voice(voice)
     if isinstance(backend, str):
-        backend = make_backend(backend, weights=weights, buckets=buckets)
+        backend = make_backend(backend, weights=weights, buckets=buckets, device=device)
     pieces, durations = [], []
     for i, chunk in enumerate(chunks):
         audio, dur = backend.speak(chunk, pack.style(len(chunk.phonemes)), speed, noise, stream=i)

@@ -11,6 +11,8 @@ import math
 from tvm import relax
 from tvm.script import tirx as T
 
+from kokoro_tvm.ops.lstm_gpu import recurrence_attrs
+
 
 def recurrence_kernel(batch: int, hidden: int, dtype: str):
     """PrimFunc(gates_x [2, B, T, 4H], w_hh_t [2, H, 4H], lengths [B] int64, out [B, T, 2H]) for any T: the
@@ -25,10 +27,12 @@ def recurrence_kernel(batch: int, hidden: int, dtype: str):
     lanes = math.gcd(four_h, 16 if dtype == "float32" else 8)  # one 512-bit vector
     chunks = four_h // lanes
 
+    attrs = {"tir.noalias": True, **recurrence_attrs(batch, hidden, dtype)}
+
     @T.prim_func(private=True)
     def lstm_recurrence(gates_x_handle: T.handle, w_hh_t: T.Buffer((2, hidden, four_h), dtype),
                         lengths: T.Buffer((batch,), "int64"), out_handle: T.handle):  # fmt: skip
-        T.func_attr({"tir.noalias": True})
+        T.func_attr(attrs)  # marked so a GPU build can find and swap it
         steps = T.int64()
         gates_x = T.match_buffer(gates_x_handle, (2, batch, steps, four_h), dtype)
         out = T.match_buffer(out_handle, (batch, steps, 2 * hidden), dtype)

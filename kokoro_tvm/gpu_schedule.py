@@ -1,0 +1,95 @@
+"""GPU builds (Metal, CUDA) from the same Relax modules as the CPU build.
+
+The CPU build's Relax rewrites that change only how work is laid out (polyphase ConvTranspose, aligned conv
+lengths) are kept; `VectorizableSine` is not (it reduces the argument in float64, which Metal lacks; GPUs
+have a native vector `sin`). Every fused PrimFunc is then scheduled by dlight's GPU rules (Matmul, GEMV,
+Reduction, GeneralReduction, and Fallback, which binds any injective or leftover loop nest to threads), and
+our masked-LSTM recurrence, a serial loop the rules cannot schedule, is swapped for its hand-written GPU
+kernel (`kokoro_tvm.ops.lstm_gpu`), which is marked as already scheduled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import linecache
+import sys
+
+import tvm
+from tvm import relax, tirx
+
+from kokoro_tvm.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
+
+GPU_KINDS = ("metal", "cuda")
+
+
+@tvm.transform.module_pass(opt_level=0, name="UseGPURecurrence")
+def UseGPURecurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 (TVM pass naming)
+    """Replace every CPU masked-LSTM recurrence kernel by the GPU kernel of the same shape."""
+    updates = {}
+    for gvar, func in mod.functions.items():
+        shape = recurrence_shape(func) if isinstance(func, tirx.PrimFunc) else None
+        if shape is not None:
+            updates[gvar] = gpu_recurrence_kernel(*shape)
+    if not updates:
+        return mod
+    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(dict(mod.functions))
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
+    """`inspect.stack()` for TVMScript's parser: the same frames and current lines, read with linecache
+    instead of `inspect.getmodule` (which scans every loaded module per frame)."""
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        line = linecache.getline(filename, lineno)
+        frames.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name, [line] if line else None,
+                                        0 if line else None))  # fmt: skip
+        frame = frame.f_back
+    return frames
+
+
+@contextlib.contextmanager
+def fast_tvmscript_stack():
+    """Reversible: while active, `inspect.stack` is `_frames_without_source_lookup`. dlight's GPU Matmul rule
+    imports `tvm.s_tir.tensor_intrin`, 530 TVMScript functions, and the parser calls `inspect.stack()` for
+    each; with torch loaded (thousands of modules) that import took 115-190 s, once per process."""
+    original = inspect.stack
+    inspect.stack = _frames_without_source_lookup
+    try:
+        yield
+    finally:
+        inspect.stack = original
+
+
+def rules():
+    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them."""
+    from tvm.s_tir import dlight
+
+    return [dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
+            dlight.gpu.Fallback()]  # fmt: skip
+
+
+def relax_pipeline(target: tvm.target.Target):
+    """Our layout rewrites and the GPU LSTM kernel, then TVM's generic GPU pipeline with the dlight rules."""
+    from kokoro_tvm.relax_passes import AlignConvLengths, PolyphaseConvTranspose
+
+    gpu = relax.backend.gpu_generic
+    with fast_tvmscript_stack():
+        import tvm.s_tir.tensor_intrin  # noqa: F401 (imported here, quickly, rather than inside a rule)
+
+    @tvm.transform.module_pass(opt_level=0, name="KokoroGPUPipeline")
+    def _pipeline(mod, _ctx):
+        with target:
+            return tvm.transform.Sequential(
+                [PolyphaseConvTranspose(), AlignConvLengths(), UseGPURecurrence]
+                + gpu.library_dispatch_passes(target)
+                + gpu.legalize_passes(target)  # ends with dlight.ApplyDefaultSchedule(*rules())
+                + gpu.dataflow_lower_passes(target)
+                + gpu.finalize_passes(target)
+            )(mod)
+
+    return _pipeline

@@ -1,0 +1,115 @@
+"""GPU builds (unit tier, no GPU needed): the GPU LSTM kernel's arithmetic, Metal and CUDA code generation of
+small components with every kernel bound and the source complete, the checks themselves, and clear errors
+where no device exists."""
+
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+import tvm
+from tvm.script import tirx as T
+
+from kokoro_tvm.compile import BuildSpec, check_dtype_for_target, gpu_target
+from kokoro_tvm.gpu_builds import (
+    Launch,
+    build_sources,
+    gpu_lstm_check,
+    launches_of,
+    nvcc_check,
+    source_problems,
+    unbound_functions,
+)
+from kokoro_tvm.weights import kmodel_skeleton
+
+
+@pytest.fixture(scope="module")
+def random_model():
+    torch.manual_seed(0)
+    return kmodel_skeleton().eval()
+
+
+def test_gpu_lstm_kernel_computes_what_the_cpu_kernel_does():
+    check = gpu_lstm_check(batch=3, hidden=8, steps=7, seed=1)
+    assert check["lengths"] == [7, 4, 1]
+    # same operations in the same order (gates_x first, then k ascending) on the same float64 inputs: equal
+    assert check["gpu_twin_vs_cpu_kernel"] == 0.0
+    # against torch's packed LSTM only the summation order differs: float64 rounding, a few ulps of O(1) values
+    assert check["gpu_twin_vs_torch"] < 1e-12
+    assert check["tail_is_zero"]
+
+
+@pytest.fixture(scope="module")
+def metal_text_encoder(random_model):
+    return build_sources(random_model, BuildSpec("text_encoder", 8), "metal")
+
+
+def test_metal_text_encoder_is_fully_bound_and_complete(metal_text_encoder):
+    build = metal_text_encoder
+    assert build.problems() == [] and build.unbound == []
+    assert build.kernel_count == sum(len(ls) for ls in build.launches.values()) > 5
+    assert all(0 < launch.threads_per_group <= 1024 for ls in build.launches.values() for launch in ls)
+    lstm = [name for name in build.kernels if name.startswith("masked_lstm_recurrence")]
+    assert len(lstm) == 1  # our GPU kernel replaced the CPU loop kernel
+    text = build.kernels[lstm[0]]
+    assert "threadgroup float h[256]" in text and text.count("threadgroup_barrier") >= 2
+    assert build.launches["masked_lstm_recurrence"] == [Launch(grid=[2, 1, 1], threadgroup=[256, 1, 1])]
+
+
+def test_metal_refuses_float64():
+    with pytest.raises(ValueError, match="Metal has no float64"):
+        check_dtype_for_target("float64", gpu_target("metal"))
+
+
+def test_metal_duration_component_builds(random_model):
+    build = build_sources(random_model, BuildSpec("duration", 8), "metal")
+    assert build.problems() == [] and build.kernel_count >= len(build.launches)
+    assert "kernel void" in build.source and build.target["thread_warp_size"] == 32
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA sources not compiled")
+def test_cuda_text_encoder_compiles_with_nvcc(random_model):
+    build = build_sources(random_model, BuildSpec("text_encoder", 8), "cuda")
+    assert build.problems() == []
+    verdict = nvcc_check(build.source)
+    assert verdict["status"] == "compiled", verdict
+    assert verdict["ptx_entries"] == build.kernel_count
+
+
+def test_checks_find_unbound_functions_missing_kernels_and_cut_sources(metal_text_encoder):
+    @T.prim_func(private=True)
+    def serial(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(4):
+            b[i] = a[i] + T.float32(1)
+
+    assert launches_of(serial) == []
+    assert unbound_functions({"serial": [], "bound": [Launch([1, 1, 1], [4, 1, 1])]}) == ["serial"]
+    build = metal_text_encoder
+    name = sorted(build.kernels)[0]
+    missing = replace(build, kernels={k: v for k, v in build.kernels.items() if k != name})
+    assert any("launches but 0 kernels" in p for p in source_problems(missing))
+    cut = replace(build, kernels=dict(build.kernels, **{name: build.kernels[name].rsplit("}", 1)[0]}))
+    assert any(p.startswith(f"kernel {name}: incomplete body") for p in source_problems(cut))
+    stray = replace(build, kernels=dict(build.kernels, not_from_this_module_kernel="kernel void x() {}"))
+    assert any("belongs to no PrimFunc" in p for p in source_problems(stray))
+
+
+@pytest.mark.skipif(tvm.device("metal", 0).exist, reason="this machine has a Metal device")
+def test_say_on_a_missing_device_is_one_clear_error():
+    done = subprocess.run(
+        [sys.executable, "-m", "kokoro_tvm.cli", "say", "Hello.", "-o", "/dev/null", "--backend", "tvm",
+         "--device", "metal"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("kokoro-tvm: error: no metal device on this machine")
+    assert "Traceback" not in done.stderr
+
+
+def test_launches_of_the_gpu_lstm_kernel():
+    from kokoro_tvm.ops.lstm_gpu import gpu_recurrence_kernel
+
+    # one threadgroup per (direction, sample), one thread per hidden unit; the time axis is symbolic
+    assert launches_of(gpu_recurrence_kernel(3, 8, "float32")) == [Launch(grid=[6, 1, 1], threadgroup=[8, 1, 1])]
