@@ -142,11 +142,22 @@ def lower(mod, target: dict):
     return relax_pipeline(tvm_target)(mod)
 
 
+# TVM 0.27's CUDA code generation writes a vectorized boolean (our masks' `where` in conv epilogues, which
+# dlight's GPU Matmul rule vectorizes 2-wide) as `float2 v = make_ushort2(...)`, which nvcc rejects: CUDA
+# builds lower vectorized loops to scalar ones (NOTES/metal.md). Metal's schedules do not vectorize there.
+CODEGEN_CONFIG = {"cuda": {"tirx.disable_vectorize": True}}
+
+
 def compile_lowered(lowered, target: dict):
     """A module from `lower` -> VM executable (TVM's TIR pipeline and code generation only)."""
     import tvm
 
-    return tvm.compile(lowered, target=tvm.target.Target(target), relax_pipeline=None)
+    current = tvm.transform.PassContext.current()
+    config = CODEGEN_CONFIG.get(target["kind"])
+    if not config:
+        return tvm.compile(lowered, target=tvm.target.Target(target), relax_pipeline=None)
+    with tvm.transform.PassContext(opt_level=current.opt_level, config=config):
+        return tvm.compile(lowered, target=tvm.target.Target(target), relax_pipeline=None)
 
 
 def compile_relax(mod, target: dict):

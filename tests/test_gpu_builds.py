@@ -70,8 +70,9 @@ def test_metal_duration_component_builds(random_model):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA sources not compiled")
-def test_cuda_text_encoder_compiles_with_nvcc(random_model):
-    build = build_sources(random_model, BuildSpec("text_encoder", 8), "cuda")
+@pytest.mark.parametrize("component", ["text_encoder", "f0n"])  # f0n: masks in conv epilogues (CODEGEN_CONFIG)
+def test_cuda_sources_compile_with_nvcc(random_model, component):
+    build = build_sources(random_model, BuildSpec(component, 8), "cuda")
     assert build.problems() == []
     verdict = nvcc_check(build.source)
     assert verdict["status"] == "compiled", verdict

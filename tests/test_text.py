@@ -104,4 +104,3 @@ def test_syllabic_consonants_become_vocab_symbols(word):
     phonemes = text_to_phonemes(word)
     assert "\u0329" not in phonemes and "ᵊn" in phonemes
     assert prepare(text=word)[0].token_ids == tokenize(phonemes)
-
