@@ -114,3 +114,16 @@ def test_launches_of_the_gpu_lstm_kernel():
 
     # one threadgroup per (direction, sample), one thread per hidden unit; the time axis is symbolic
     assert launches_of(gpu_recurrence_kernel(3, 8, "float32")) == [Launch(grid=[6, 1, 1], threadgroup=[8, 1, 1])]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["gpu-build", "--components", "albert,vocoder"], "unknown component(s) ['vocoder']"),
+        (["compare", "--text", "Hi.", "--device", "metal", "--precision", "fp64"], "Metal has no float64"),
+        (["say", "Hi.", "-o", "/dev/null", "--device", "cuda"], "--device cuda applies to the tvm backend only"),
+    ],
+)
+def test_gpu_cli_errors_are_one_line(args, message):
+    done = subprocess.run([sys.executable, "-m", "kokoro_tvm.cli", *args], capture_output=True, text=True)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
