@@ -92,9 +92,9 @@ def relax_pipeline(target):
     """The Relax pipeline for `target`: kokoro_tvm.gpu_schedule's for GPU targets; for the CPU, TVM's CPU
     pipeline plus our Relax rewrites before legalization and our schedules after fusion (TVM 0.27's own
     CPU pipeline leaves every PrimFunc unscheduled: serial scalar loops)."""
-    if target.kind.name in ("metal", "cuda"):
-        from kokoro_tvm import gpu_schedule
+    from kokoro_tvm import gpu_schedule
 
+    if target.kind.name in gpu_schedule.GPU_KINDS:
         return gpu_schedule.relax_pipeline(target)
     import tvm
     from tvm import relax

@@ -33,7 +33,7 @@ def UseGPURecurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 (TV
             updates[gvar] = gpu_recurrence_kernel(*shape)
     if not updates:
         return mod
-    mod = mod.clone() if hasattr(mod, "clone") else tvm.IRModule(dict(mod.functions))
+    mod = mod.clone()  # a pass leaves its input as it was
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
