@@ -88,14 +88,14 @@ def check_dtype_for_target(dtype: str, target: dict) -> None:
         raise ValueError("Metal has no float64: the float64 verification build runs on the CPU (or CUDA)")
 
 
-def relax_pipeline(target):
+def relax_pipeline(target, coverage: dict | None = None):
     """The Relax pipeline for `target`: kokoro_tvm.gpu_schedule's for GPU targets; for the CPU, TVM's CPU
     pipeline plus our Relax rewrites before legalization and our schedules after fusion (TVM 0.27's own
     CPU pipeline leaves every PrimFunc unscheduled: serial scalar loops)."""
     from kokoro_tvm import gpu_schedule
 
-    if target.kind.name in gpu_schedule.GPU_KINDS:
-        return gpu_schedule.relax_pipeline(target)
+    if target.kind.name in gpu_schedule.GPU_KINDS:  # `coverage`: functions scheduled per rule
+        return gpu_schedule.relax_pipeline(target, coverage)
     import tvm
     from tvm import relax
     from tvm.s_tir import dlight
@@ -133,13 +133,14 @@ def lift_weight_transforms(mod):
     return relax.transform.LiftTransformParams()(mod)
 
 
-def lower(mod, target: dict):
+def lower(mod, target: dict, coverage: dict | None = None):
     """The Relax module after our pipeline for `target`: every PrimFunc scheduled, not yet code-generated
-    (kokoro_tvm.gpu_builds inspects it: which kernels exist, their thread bindings)."""
+    (kokoro_tvm.gpu_builds inspects it: which kernels exist, their thread bindings; for GPU targets
+    `coverage` receives how many functions each schedule rule took)."""
     import tvm
 
     tvm_target = tvm.target.Target(target)
-    return relax_pipeline(tvm_target)(mod)
+    return relax_pipeline(tvm_target, coverage)(mod)
 
 
 # TVM 0.27's CUDA code generation writes a vectorized boolean (our masks' `where` in conv epilogues, which

@@ -61,6 +61,7 @@ class GPUBuild:
     source: str
     kernels: dict[str, str]  # kernel name -> its source text
     seconds: dict[str, float]
+    coverage: dict[str, int] = field(default_factory=dict)  # schedule rule -> functions it scheduled
     executable: object = field(repr=False, default=None)
 
     @property
@@ -86,6 +87,7 @@ class GPUBuild:
             "kernels": [{"name": name, "bytes": len(text.encode())} for name, text in sorted(self.kernels.items())],
             "launches": {name: [asdict(launch) for launch in ls] for name, ls in sorted(self.launches.items())},
             "unbound": self.unbound,
+            "rules": self.coverage,
             "problems": self.problems(),
             "seconds": self.seconds,
         }
@@ -223,13 +225,14 @@ def build_sources(model, spec, kind: str = "metal") -> GPUBuild:
     target = gpu_target(kind)
     check_dtype_for_target(spec.dtype, target)
     mod, _exported, seconds = relax_module(model, spec)
-    start = time.perf_counter()
-    lowered = lower(mod, target)
+    start, coverage = time.perf_counter(), {}
+    lowered = lower(mod, target, coverage)
     seconds["schedule"] = time.perf_counter() - start
     launches = primfunc_launches(lowered)
     unbound = unbound_functions(launches)
     if unbound:  # code generation would stop in VerifyMemory; report every function instead
-        return GPUBuild(spec.component, spec.length, spec.dtype, kind, target, launches, unbound, "", {}, seconds)
+        return GPUBuild(spec.component, spec.length, spec.dtype, kind, target, launches, unbound, "", {}, seconds,
+                        coverage)  # fmt: skip
     start = time.perf_counter()
     executable = compile_lowered(lowered, target)
     seconds["codegen"] = time.perf_counter() - start
@@ -238,7 +241,7 @@ def build_sources(model, spec, kind: str = "metal") -> GPUBuild:
     log.info("%s %d for %s: %d kernels, %d bytes of source", spec.component, spec.length, kind, len(kernels),
              len(source))  # fmt: skip
     return GPUBuild(spec.component, spec.length, spec.dtype, kind, target, launches, [], source, kernels, seconds,
-                    executable)  # fmt: skip
+                    coverage, executable)  # fmt: skip
 
 
 def save(build: GPUBuild, folder: Path) -> dict:

@@ -65,19 +65,52 @@ def fast_tvmscript_stack():
         inspect.stack = original
 
 
-def rules():
-    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them."""
+HAND_WRITTEN = "masked LSTM (hand-written)"
+
+
+class CountingRule:
+    """A dlight rule that counts the functions it schedules into `counts[name]` (the GPU schedule coverage)."""
+
+    def __init__(self, rule, counts: dict[str, int]):
+        self.rule, self.counts, self.name = rule, counts, type(rule).__name__
+
+    def apply(self, func, target, tunable):
+        schedule = self.rule.apply(func, target, tunable)
+        if schedule is not None:
+            self.counts[self.name] = self.counts.get(self.name, 0) + 1
+        return schedule
+
+
+def rules(counts: dict[str, int] | None = None):
+    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them; with `counts`, each counts the
+    functions it schedules."""
     from tvm.s_tir import dlight
 
-    return [dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
-            dlight.gpu.Fallback()]  # fmt: skip
+    chosen = [dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
+              dlight.gpu.Fallback()]  # fmt: skip
+    return chosen if counts is None else [CountingRule(rule, counts) for rule in chosen]
 
 
-def relax_pipeline(target: tvm.target.Target):
-    """Our layout rewrites and the GPU LSTM kernel, then TVM's generic GPU pipeline with the dlight rules."""
+def _count_hand_written(counts: dict[str, int]):
+    @tvm.transform.module_pass(opt_level=0, name="CountHandWritten")
+    def _pass(mod, _ctx):
+        found = sum(isinstance(f, tirx.PrimFunc) and recurrence_shape(f) is not None for f in mod.functions.values())
+        if found:
+            counts[HAND_WRITTEN] = counts.get(HAND_WRITTEN, 0) + found
+        return mod
+
+    return _pass
+
+
+def relax_pipeline(target: tvm.target.Target, coverage: dict[str, int] | None = None):
+    """Our layout rewrites and the GPU LSTM kernel, then TVM's generic GPU pipeline with the dlight rules
+    (its legalization passes written out, so the rules can count what they schedule into `coverage`)."""
+    from tvm.s_tir import dlight
+
     from kokoro_tvm.relax_passes import AlignConvLengths, PolyphaseConvTranspose
 
     gpu = relax.backend.gpu_generic
+    counts = {} if coverage is None else coverage
     with fast_tvmscript_stack():
         import tvm.s_tir.tensor_intrin  # noqa: F401 (imported here, quickly, rather than inside a rule)
 
@@ -87,7 +120,15 @@ def relax_pipeline(target: tvm.target.Target):
             return tvm.transform.Sequential(
                 [PolyphaseConvTranspose(), AlignConvLengths(), UseGPURecurrence]
                 + gpu.library_dispatch_passes(target)
-                + gpu.legalize_passes(target)  # ends with dlight.ApplyDefaultSchedule(*rules())
+                + [
+                    relax.transform.LegalizeOps(),
+                    relax.transform.AnnotateTIROpPattern(),
+                    relax.transform.FoldConstant(),
+                    relax.transform.FuseOps(),
+                    relax.transform.FuseTIR(),
+                    _count_hand_written(counts),
+                    dlight.ApplyDefaultSchedule(*rules(counts)),
+                ]  # fmt: skip
                 + gpu.dataflow_lower_passes(target)
                 + gpu.finalize_passes(target)
             )(mod)

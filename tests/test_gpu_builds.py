@@ -56,6 +56,9 @@ def test_metal_text_encoder_is_fully_bound_and_complete(metal_text_encoder):
     text = build.kernels[lstm[0]]
     assert "threadgroup float h[256]" in text and text.count("threadgroup_barrier") >= 2
     assert build.launches["masked_lstm_recurrence"] == [Launch(grid=[2, 1, 1], threadgroup=[256, 1, 1])]
+    # coverage: every function scheduled by exactly one dlight rule, or the hand-written LSTM kernel
+    assert sum(build.coverage.values()) == len(build.launches)
+    assert build.coverage["masked LSTM (hand-written)"] == 1 and build.coverage.get("Matmul", 0) >= 1
 
 
 def test_metal_refuses_float64():
