@@ -49,7 +49,7 @@ def gpu_recurrence_kernel(batch: int, hidden: int, dtype: str, bind_threads: boo
 
     scope = "shared" if bind_threads else "global"
 
-    attrs = {"tir.noalias": True, "tirx.is_scheduled": True, **recurrence_attrs(batch, hidden, dtype)}
+    attrs = {"tirx.noalias": True, "tirx.is_scheduled": True, **recurrence_attrs(batch, hidden, dtype)}
 
     @T.prim_func(private=True)
     def lstm_recurrence_gpu(gates_x_handle: T.handle, w_hh_t: T.Buffer((2, hidden, four_h), dtype),

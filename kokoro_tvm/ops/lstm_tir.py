@@ -27,7 +27,7 @@ def recurrence_kernel(batch: int, hidden: int, dtype: str):
     lanes = math.gcd(four_h, 16 if dtype == "float32" else 8)  # one 512-bit vector
     chunks = four_h // lanes
 
-    attrs = {"tir.noalias": True, **recurrence_attrs(batch, hidden, dtype)}
+    attrs = {"tirx.noalias": True, **recurrence_attrs(batch, hidden, dtype)}
 
     @T.prim_func(private=True)
     def lstm_recurrence(gates_x_handle: T.handle, w_hh_t: T.Buffer((2, hidden, four_h), dtype),
