@@ -64,13 +64,13 @@ METAL_TARGET = {
 }
 
 
-def gpu_target(kind: str, host: dict | None = None) -> dict:
+def gpu_target(kind: str) -> dict:
     """The JSON-dict target for a GPU build: "metal" (arm64 macOS host) or "cuda" (this machine's CPU as the
     host, so the library runs here when a CUDA device exists)."""
     if kind == "metal":
-        return dict(METAL_TARGET, host=host or METAL_TARGET["host"])
+        return dict(METAL_TARGET)
     if kind == "cuda":
-        return {"kind": "cuda", "arch": _cuda_arch(), "host": host or host_target()}
+        return {"kind": "cuda", "arch": _cuda_arch(), "host": host_target()}
     raise ValueError(f"GPU target must be 'metal' or 'cuda', got {kind!r}")
 
 
@@ -82,10 +82,19 @@ def _cuda_arch() -> str:
     return f"sm_{device.compute_version.replace('.', '')}" if device.exist else "sm_80"
 
 
-def check_dtype_for_target(dtype: str, target: dict) -> None:
-    """Metal has no float64: a float64 (verification) build for Metal is refused with the reason."""
-    if target["kind"] == "metal" and dtype == "float64":
+def check_dtype(dtype: str, kind: str) -> None:
+    """Metal has no float64: a float64 (verification) build for Metal (target or device kind) is refused."""
+    if kind == "metal" and dtype == "float64":
         raise ValueError("Metal has no float64: the float64 verification build runs on the CPU (or CUDA)")
+
+
+def check_device(device: str, dtype: str) -> None:
+    """Before any weights load or build: `device` takes `dtype` and exists on this machine (one clear error)."""
+    from kokoro_tvm.runtime import require_device
+
+    check_dtype(dtype, device)
+    if device != "cpu":
+        require_device(device)
 
 
 def relax_pipeline(target, coverage: dict | None = None):
@@ -241,7 +250,7 @@ def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
 def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
     import torch
 
-    check_dtype_for_target(spec.dtype, target)
+    check_dtype(spec.dtype, target["kind"])
     log.info(
         "building %s (%s, length %d, batch %d) for %s",
         spec.component,
@@ -321,12 +330,10 @@ def compiled_kokoro(
 ):
     """A runtime.TVMKokoro whose components are built on demand from `model` (in `dtype`) for `device`; with
     a kokoro_tvm.buckets.BucketSet, utterances run in its buckets, else at exact length. A missing device
-    is reported before anything is built."""
-    from kokoro_tvm.runtime import TVMKokoro, require_device
+    or a dtype it lacks is reported before anything is built."""
+    from kokoro_tvm.runtime import TVMKokoro
 
-    if device != "cpu":
-        require_device(device)
-        check_dtype_for_target(dtype, target_for(device))
+    check_device(device, dtype)
     provider = OnDemandBuilder(model, weights_fingerprint, dtype, target or target_for(device))
     return TVMKokoro(provider, dtype, buckets, device)
 

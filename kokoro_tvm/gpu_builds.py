@@ -220,10 +220,10 @@ def source_problems(build: GPUBuild) -> list[str]:
 
 def build_sources(model, spec, kind: str = "metal") -> GPUBuild:
     """Build `model`'s component at `spec` (a kokoro_tvm.compile.BuildSpec) for a GPU and inventory it."""
-    from kokoro_tvm.compile import check_dtype_for_target, compile_lowered, gpu_target, lower, relax_module
+    from kokoro_tvm.compile import check_dtype, compile_lowered, gpu_target, lower, relax_module
 
     target = gpu_target(kind)
-    check_dtype_for_target(spec.dtype, target)
+    check_dtype(spec.dtype, kind)
     mod, _exported, seconds = relax_module(model, spec)
     start, coverage = time.perf_counter(), {}
     lowered = lower(mod, target, coverage)
@@ -311,16 +311,9 @@ def build_components(model, kind: str, lengths: dict[str, int], folder: Path, ex
 
 def devices() -> list[dict]:
     """Which GPU devices this machine has, as TVM sees them (the notebook's 'what ran where' table)."""
-    import tvm
+    from kokoro_tvm.runtime import device_exists
 
-    rows = []
-    for kind in ("metal", "cuda"):
-        try:
-            exists = bool(tvm.device(kind, 0).exist)
-        except Exception:  # a runtime built without that device
-            exists = False
-        rows.append({"device": kind, "exists": exists, "platform": sys.platform})
-    return rows
+    return [{"device": kind, "exists": device_exists(kind), "platform": sys.platform} for kind in ("metal", "cuda")]
 
 
 def gpu_lstm_check(batch: int = 2, hidden: int = 16, steps: int = 9, seed: int = 0) -> dict:

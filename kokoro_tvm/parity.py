@@ -53,16 +53,13 @@ def compare_text(
     None: exact shapes."""
     import torch
 
-    from kokoro_tvm.compile import check_dtype_for_target, compiled_kokoro
+    from kokoro_tvm.compile import check_device, compiled_kokoro
     from kokoro_tvm.reference import run_stages
-    from kokoro_tvm.runtime import require_device
     from kokoro_tvm.weights import load_kmodel
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
-    if device != "cpu":  # before any text, weights or build work
-        check_dtype_for_target(PRECISIONS[precision], {"kind": device})
-        require_device(device)
+    check_device(device, PRECISIONS[precision])  # before any text, weights or build work
     chunks = prepare(text=text)
     if len(chunks) != 1:
         raise TextError(f"compare takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")

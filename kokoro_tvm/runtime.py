@@ -38,17 +38,21 @@ class DeviceUnavailableError(ValueError):
     """The requested device does not exist on this machine."""
 
 
-def require_device(name: str) -> None:
-    """Raise DeviceUnavailableError (one clear line) unless device `name` exists here."""
+def device_exists(name: str) -> bool:
+    """Whether TVM sees device `name` (index 0) on this machine."""
     import tvm
 
+    try:
+        return bool(tvm.device(name, 0).exist)
+    except Exception:  # a TVM runtime built without that device's support
+        return False
+
+
+def require_device(name: str) -> None:
+    """Raise DeviceUnavailableError (one clear line) unless device `name` exists here."""
     if name not in DEVICES:
         raise DeviceUnavailableError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
-    try:
-        exists = tvm.device(name, 0).exist
-    except Exception:  # a TVM runtime built without that device's support
-        exists = False
-    if not exists:
+    if not device_exists(name):
         raise DeviceUnavailableError(f"no {name} device on this machine: {_WHERE.get(name, '')}")
 
 

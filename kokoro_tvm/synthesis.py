@@ -71,13 +71,11 @@ class TVMBackend:
         import torch
 
         from kokoro_tvm.buckets import parse_buckets
-        from kokoro_tvm.compile import compiled_kokoro
-        from kokoro_tvm.runtime import require_device
+        from kokoro_tvm.compile import check_device, compiled_kokoro
         from kokoro_tvm.weights import load_kmodel
 
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
-        if device != "cpu":
-            require_device(device)  # so does a missing device
+        check_device(device, dtype)  # so does a missing device
         model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
         return cls(compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device), info)
 

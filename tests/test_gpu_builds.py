@@ -12,7 +12,7 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
-from kokoro_tvm.compile import BuildSpec, check_dtype_for_target, gpu_target
+from kokoro_tvm.compile import BuildSpec, check_dtype
 from kokoro_tvm.gpu_builds import (
     Launch,
     build_sources,
@@ -63,7 +63,7 @@ def test_metal_text_encoder_is_fully_bound_and_complete(metal_text_encoder):
 
 def test_metal_refuses_float64():
     with pytest.raises(ValueError, match="Metal has no float64"):
-        check_dtype_for_target("float64", gpu_target("metal"))
+        check_dtype("float64", "metal")
 
 
 def test_metal_duration_component_builds(random_model):
