@@ -25,7 +25,9 @@ from kokoro_tvm.paths import cache_dir
 log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops or converters change what a build computes.
-RECIPE_VERSION = "15-lstm-noalias"  # the LSTM kernel said "tir.noalias", which TVM 0.27 ignores
+# recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
+# by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
+RECIPE_VERSION = "20-integer-powers"
 DTYPES = ("float32", "float64")
 
 
@@ -110,7 +112,7 @@ def relax_pipeline(target, coverage: dict | None = None):
     from tvm.s_tir import dlight
 
     from kokoro_tvm.cpu_schedule import rules
-    from kokoro_tvm.relax_passes import AlignConvLengths, PolyphaseConvTranspose, VectorizableSine
+    from kokoro_tvm.relax_passes import AlignConvLengths, IntegerPowers, PolyphaseConvTranspose, VectorizableSine
 
     cpu = relax.backend.cpu_generic.pipeline
 
@@ -118,7 +120,7 @@ def relax_pipeline(target, coverage: dict | None = None):
     def _pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine()]
+                [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
                 + cpu.library_dispatch_passes(target)
                 + cpu.legalize_passes(target)
                 + [dlight.ApplyDefaultSchedule(*rules())]

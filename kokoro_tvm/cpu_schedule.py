@@ -4,7 +4,7 @@ Three rules, tried in order on every fused PrimFunc (dlight's `ApplyDefaultSched
 
 - `Contraction`: one multiply-accumulate reduction (conv1d, conv-transpose, matmul) plus injective producers
   and an epilogue. A register-blocked direct kernel: the output is tiled ROWS x COLS (rows = output
-  channels or matmul rows, cols = the contiguous output axis, COLS = 2 AVX-512 vectors), accumulated in a
+  channels or matmul rows, cols = the contiguous output axis, COLS = 1 AVX-512 vector), accumulated in a
   local tile the compiler keeps in registers over the whole reduction, the epilogue (bias, masking, Snake,
   leaky ReLU...) applied to the tile while it is hot, and the tiles spread over the cores.
 - dlight's CPU `Reduction` for normalisation-like functions (mean/var then elementwise).
@@ -30,8 +30,13 @@ from tvm.s_tir.dlight.cpu import Reduction
 log = logging.getLogger(__name__)
 
 VECTOR_LANES_BITS = 512  # AVX-512 on the machines we target; also fine (split by LLVM) on AVX2
-COLS_VECTORS = 2  # register tile: ROWS x (2 vectors) accumulators (<= 24 of 32 zmm registers)
-ROW_CHOICES = (8, 12, 11, 10, 9, 7, 6, 5, 4, 3, 2, 1)  # largest register-friendly divisor of the row extent
+# Register tiles (rows x vectors of columns), 16 accumulators either way. 16 x 1 measured faster than 8 x 2 on every
+# generator conv (one whole-cache-line input load per reduction step; NOTES/performance.md), but its 16 broadcast
+# rows must not collide in L1: rows whose stride is a multiple of 4 KiB (1024 input channels x k3, 512 x k2) all
+# map to one 8-way cache set and ran at half speed; those get 8 x 2.
+WIDE_TILE, NARROW_TILE = (16, 1), (8, 2)
+L1_SETS, CACHE_LINE, L1_WAYS = 64, 64, 8
+ROW_CHOICES = (16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)  # the largest divisor of the row extent
 
 
 def _lanes(dtype_bits: int) -> int:
@@ -182,6 +187,47 @@ class _CPURule(ScheduleRule):
         raise NotImplementedError
 
 
+def _operands(sch: s_tir.Schedule, block, spatial: int) -> dict | None:
+    """For out[.., row, col] += A[..row..] * B[..col..]: the bytes of A (read along rows, broadcast) and of B
+    (read along columns, vector loads), and A's stride between consecutive rows. None if not that shape."""
+    stmt = sch.get(block)
+    row_var, col_var = stmt.iter_vars[spatial - 2].var, stmt.iter_vars[spatial - 1].var
+    written = stmt.writes[0].source.name
+    found = {}
+    for region in stmt.reads:
+        buffer = region.source
+        if buffer.name == written:
+            continue
+        text = [str(r.min) for r in region.region]
+        row_dims = [i for i, t in enumerate(text) if re.search(rf"\b{re.escape(row_var.name)}\b", t)]
+        col_dims = [i for i, t in enumerate(text) if re.search(rf"\b{re.escape(col_var.name)}\b", t)]
+        shape = [int(d) for d in buffer.shape] if all(isinstance(d, tirx.IntImm) for d in buffer.shape) else None
+        if shape is None:
+            return None
+        size = buffer.dtype.bits // 8
+        for d in shape:
+            size *= d
+        if row_dims and not col_dims:
+            stride = buffer.dtype.bits // 8
+            for d in shape[row_dims[-1] + 1 :]:
+                stride *= d
+            found["row"] = (size, stride)
+        elif col_dims and not row_dims:
+            found["col"] = (size, 0)
+    if set(found) != {"row", "col"}:
+        return None
+    return {"row_bytes": found["row"][0], "row_stride_bytes": found["row"][1], "col_bytes": found["col"][0]}
+
+
+def _set_collisions(stride_bytes: int, rows: int) -> int:
+    """The most of `rows` rows, `stride_bytes` apart, that share one L1 cache set."""
+    sets: dict[int, int] = {}
+    for r in range(rows):
+        index = (r * stride_bytes // CACHE_LINE) % L1_SETS
+        sets[index] = sets.get(index, 0) + 1
+    return max(sets.values())
+
+
 class Contraction(_CPURule):
     def schedule(self, sch, infos):
         reductions = [b for b in infos if b.is_reduction()]
@@ -200,15 +246,22 @@ class Contraction(_CPURule):
         *outer, row, col = spatial
         dtype_bits = sch.get(main.block_rv).writes[0].source.dtype.bits
         lanes = _lanes(dtype_bits)
-        cols = COLS_VECTORS * lanes
         col_extent, row_extent = _extent(sch, col), _extent(sch, row)
         if col_extent is None or row_extent is None:
             return None
+        operands = _operands(sch, main.block_rv, len(spatial))
+        max_rows, vectors = WIDE_TILE
+        if operands is not None and _set_collisions(operands["row_stride_bytes"], max_rows) > L1_WAYS // 2:
+            max_rows, vectors = NARROW_TILE
+        cols = vectors * lanes
         while cols > lanes and col_extent % cols:
             cols //= 2
         if col_extent % cols:
             return None  # a ragged vector axis would scalarize the whole kernel
-        rows = next(r for r in ROW_CHOICES if row_extent % r == 0)
+        rows = next(r for r in ROW_CHOICES if row_extent % r == 0 and r <= max_rows)
+        # tile order: walk the rows of one column slab (the slab stays in cache, the row operand streams), unless
+        # the row operand (conv weights) is the larger one: then walk the columns of one row slab
+        rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
 
         # epilogue: fold the injective chain after the reduction into its last block, including side inputs
         # computed before the reduction (a residual, a mask) that only the epilogue reads
@@ -220,17 +273,24 @@ class Contraction(_CPURule):
             return None
         row_o, row_i = sch.split(row, [None, rows])
         col_o, col_i = sch.split(col, [None, cols])
-        sch.reorder(*outer, col_o, row_o, *reduce, row_i, col_i)
-        anchor = sch.fuse(*outer, col_o, row_o)  # one task per tile; neighbours share an input slab
+        first, second = (row_o, col_o) if rows_outer else (col_o, row_o)
+        sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+        anchor = sch.fuse(*outer, first, second)  # one task per tile; neighbours share a slab
+        tile = anchor
         sch.parallel(anchor)
+        # decided before cache_write, which makes the main block write the accumulator instead of the buffer the
+        # epilogue reads (checked after it, every epilogue ran as its own pass over the whole output)
+        per_tile_epilogue = bool(consumers) and _same_positions(sch, consumers[-1].block_rv, main.block_rv)
         accumulator = sch.cache_write(main.block_rv, 0, "local")
-        sch.reverse_compute_at(accumulator, anchor)
-        if consumers and _same_positions(sch, consumers[-1].block_rv, main.block_rv):
-            sch.reverse_compute_at(consumers[-1].block_rv, anchor)
+        sch.reverse_compute_at(accumulator, tile)
+        if per_tile_epilogue:
+            sch.reverse_compute_at(consumers[-1].block_rv, tile)
             _vectorize_inner(sch, consumers[-1].block_rv, lanes)
-        elif consumers:  # its own pass over the finished reduction
-            _elementwise_loops(sch, consumers[-1].block_rv, lanes)
-        _vectorize_inner(sch, accumulator, lanes)
+            sch.compute_inline(accumulator)  # the epilogue reads the accumulator tile: no copy of it
+        else:
+            _vectorize_inner(sch, accumulator, lanes)
+            if consumers:  # its own pass over the finished reduction
+                _elementwise_loops(sch, consumers[-1].block_rv, lanes)
         sch.unroll(row_i)
         sch.vectorize(col_i)
         init = sch.decompose_reduction(main.block_rv, reduce[0])
@@ -262,6 +322,50 @@ class Elementwise(_CPURule):
         return sch
 
 
+class RowReduction(_CPURule):
+    """Sums (and other commutative reductions) over the innermost axis: norm statistics over a whole
+    utterance, up to 128 x 57,632 values. A scalar loop is one dependent add per element (latency-bound, ~9 GB/s
+    here); instead each row keeps `lanes` partial results in a vector register (rfactor), and the rows are spread
+    over the cores. Producers read once are inlined, so `sum(x * mask)` reads x once and writes nothing. The sum
+    is taken in a different order than a serial loop (lane by lane, then across lanes): a float32 rounding
+    difference, exact in float64 within its last bits; tests compare against torch with explicit tolerances."""
+
+    def schedule(self, sch, infos):
+        reductions = [b for b in infos if b.is_reduction()]
+        if not reductions or not all(b.is_reduction() or b.is_injective() for b in infos):
+            return None
+        if any(b.dom_kind().count("R") != 1 or not b.dom_kind().endswith("R") for b in reductions):
+            return None
+        remaining = _inline_single_use(sch, [b for b in infos[:-1] if not b.is_reduction()])
+        for info in reductions:
+            self._rows(sch, info.block_rv)
+        for info in remaining + ([] if infos[-1].is_reduction() else [infos[-1]]):
+            _elementwise_loops(sch, info.block_rv, _lanes(sch.get(info.block_rv).writes[0].source.dtype.bits))
+        return sch
+
+    @staticmethod
+    def _rows(sch: s_tir.Schedule, block) -> None:
+        """Parallel over the rows; within a row, `lanes` partial results in one vector, then combined."""
+        lanes = _lanes(sch.get(block).writes[0].source.dtype.bits)
+        *spatial, reduce = sch.get_loops(block)
+        extent = _extent(sch, reduce)
+        if not spatial or extent is None or extent % lanes or extent < 4 * lanes:
+            if spatial:  # short or ragged rows: a plain loop per row, the rows in parallel
+                sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+            return
+        partial = sch.rfactor(sch.split(reduce, [None, lanes])[1], factor_axis=len(spatial))
+        rows = sch.get_loops(block)[: len(spatial)]
+        row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+        sch.parallel(row)
+        sch.compute_at(partial, row)
+        *_, lane_axis, reduce_outer = sch.get_loops(partial)
+        sch.reorder(reduce_outer, lane_axis)
+        sch.vectorize(lane_axis)
+        init = sch.decompose_reduction(partial, reduce_outer)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.set_scope(partial, 0, "local")
+
+
 class ParallelOuter(_CPURule):
     def schedule(self, sch, infos):
         for block in infos:
@@ -273,4 +377,4 @@ class ParallelOuter(_CPURule):
 
 
 def rules() -> list[ScheduleRule]:
-    return [Contraction(), Elementwise(), Reduction(), ParallelOuter()]
+    return [Contraction(), Elementwise(), RowReduction(), Reduction(), ParallelOuter()]

@@ -14,6 +14,8 @@ only the order of additions can change), and each is a plain Relax module pass u
   arithmetic that vectorizes: argument reduction by pi and a Taylor polynomial, both in float64, rounded to
   float32 at the end (truncation error < 1e-11 for |r| <= pi/2, far below float32's half ulp, so results are
   the correctly rounded sine except at rare rounding ties). float64 graphs keep the exact `sin`.
+- `IntegerPowers`: `power(x, 2)` and `power(x, 3)` (ALBERT's tanh-GELU cubes every activation) become products,
+  which is what PyTorch computes for these exponents; TVM called `powf` per element.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-ALIGN = 32  # two AVX-512 float32 vectors: the conv kernel's column tile
+ALIGN = 32  # a whole number of the conv kernel's column tiles (one or two AVX-512 float32 vectors)
 
 
 def _ints(values) -> list[int]:
@@ -149,6 +151,38 @@ def VectorizableSine():  # noqa: N802
     @tvm.transform.module_pass(opt_level=0, name="VectorizableSine")
     def _pass(mod, _ctx):
         rewriter = _SineRewriter(mod)
+        for gvar, func in list(mod.functions_items()):
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        return rewriter.builder_.get()
+
+    return _pass
+
+
+@mutator
+class _PowerRewriter(PyExprMutator):
+    def __init__(self, mod):
+        super().__init__(mod)
+        self.power = tvm.ir.Op.get("relax.power")
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        exponent = call.args[1] if call.op.same_as(self.power) else None
+        if not isinstance(exponent, tvm.ir.expr.Constant) or exponent.value.numpy().size != 1:
+            return call
+        value = float(exponent.value.numpy().reshape(()))
+        x = call.args[0]
+        if value == 2.0:
+            return relax.op.multiply(x, x)
+        if value == 3.0:  # PyTorch's order for pow(x, 3): (x * x) * x
+            return relax.op.multiply(relax.op.multiply(x, x), x)
+        return call
+
+
+def IntegerPowers():  # noqa: N802
+    @tvm.transform.module_pass(opt_level=0, name="IntegerPowers")
+    def _pass(mod, _ctx):
+        rewriter = _PowerRewriter(mod)
         for gvar, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
                 rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))

@@ -224,3 +224,104 @@ def test_values_read_at_other_positions_stay_outside_the_tile():
     output_blocks = [b for b in schedule.get_child_blocks(schedule.get_sblock("root"))]
     outer = [schedule.get(schedule.get_loops(b)[0]) for b in output_blocks]
     assert len(outer) >= 2 and not outer[0].same_as(outer[-1]), "the shifted value was computed per chunk"
+
+
+@pytest.mark.parametrize("steps", [1024, 1000])  # 1000: not a whole number of vectors, the plain per-row loop
+def test_row_reduction_keeps_values(steps):
+    """Masked sums over the time axis (norm statistics): vector partial sums per row, rows in parallel."""
+    from kokoro_tvm.cpu_schedule import RowReduction
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((1, 24, steps)).astype(np.float32)
+    mask = (np.arange(steps) < steps - 37).astype(np.float32)[None, None]
+
+    def graph(a, m):
+        return relax.op.sum(relax.op.multiply(a, m), axis=[2], keepdims=True)
+
+    (plain, ours), flags = _unscheduled_and_scheduled(graph, [x, mask])
+    assert all(flags.values())
+    want = (x.astype(np.float64) * mask).sum(-1, keepdims=True)
+    # float32 sums of ~1000 unit-variance terms in another order: a few ulps of the running sum (~sqrt(n))
+    assert np.abs(ours - want).max() <= 1e-5 * np.sqrt(steps)
+    target = tvm.target.Target(host_target())
+    (name, func), *_ = list(_fused_primfuncs(graph, [x.shape, mask.shape]))
+    schedule = RowReduction().apply(func, target, False)
+    assert schedule is not None, name
+    partial_sums = "rf" in schedule.mod.script()
+    assert partial_sums == (steps % 16 == 0), "vector partial sums exactly when the row is whole vectors"
+
+
+def test_register_tile_follows_cache_set_collisions():
+    from kokoro_tvm.cpu_schedule import L1_WAYS, WIDE_TILE, _set_collisions
+
+    rows = WIDE_TILE[0]
+    assert _set_collisions(1024 * 3 * 4, rows) == rows  # 1024 channels x k3: every row in one set
+    assert _set_collisions(512 * 2 * 4, rows) == rows  # 512 x k2 (the first upsampler's polyphase conv)
+    assert _set_collisions(128 * 11 * 4, rows) <= L1_WAYS // 2  # the generator's convs keep the wide tile
+    assert _set_collisions(1090 * 3 * 4, rows) <= L1_WAYS // 2
+
+
+@pytest.mark.parametrize(
+    "c_in, c_out, kernel, steps",
+    [
+        (256, 32, 4, 64),  # weight rows 4 KiB apart: the narrow tile; weights larger than the input: rows outer
+        (16, 48, 3, 160),  # the wide tile, columns outer
+    ],
+)
+def test_conv_tiles_keep_values(c_in, c_out, kernel, steps):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, c_in, steps)).astype(np.float32)
+    w = (rng.standard_normal((c_out, c_in, kernel)) / np.sqrt(c_in * kernel)).astype(np.float32)
+    b = rng.standard_normal((1, c_out, 1)).astype(np.float32)
+
+    def graph(a, weight, bias):  # a conv with a per-tile epilogue (bias)
+        return relax.op.add(relax.op.nn.conv1d(a, weight, padding=kernel // 2), bias)
+
+    (plain, ours), flags = _unscheduled_and_scheduled(graph, [x, w, b])
+    assert all(flags.values())
+    want = torch.nn.functional.conv1d(torch.tensor(x), torch.tensor(w), torch.tensor(b[0, :, 0]), padding=kernel // 2)
+    # float32, unit-scale outputs from a few hundred products: a few ulps
+    np.testing.assert_allclose(ours, want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_conv_epilogue_runs_per_tile():
+    """Regression: the epilogue (bias, masks, residuals) is applied to each register tile, not in a second pass
+    over a whole-size intermediate (a check made after `cache_write` had silently sent every epilogue there)."""
+    from kokoro_tvm.cpu_schedule import Contraction
+
+    def graph(a, weight, bias):
+        return relax.op.add(relax.op.nn.conv1d(a, weight, padding=1), bias)
+
+    target = tvm.target.Target(host_target())
+    (name, func), *_ = list(_fused_primfuncs(graph, [(1, 16, 64), (32, 16, 3), (1, 32, 1)]))
+    schedule = Contraction().apply(func, target, False)
+    assert schedule is not None, name
+    root_loops = [
+        schedule.get(schedule.get_loops(b)[0]) for b in schedule.get_child_blocks(schedule.get_sblock("root"))
+    ]
+    parallel = {id(loop) for loop in root_loops if loop.kind == tvm.tirx.ForKind.PARALLEL}
+    epilogue = schedule.get(schedule.get_loops(schedule.get_sblock("T_add"))[0])
+    conv = schedule.get(schedule.get_loops(schedule.get_sblock("conv1d_ncw_update"))[0])
+    assert epilogue.same_as(conv), "the epilogue has its own loop nest"
+    assert parallel
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0])
+def test_integer_powers_are_products(exponent):
+    from kokoro_tvm.relax_passes import IntegerPowers
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+
+    def graph(a):
+        return relax.op.power(a, relax.const(exponent, "float32"))
+
+    bb = relax.BlockBuilder()
+    param = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    with bb.function("main", [param]):
+        with bb.dataflow():
+            out = bb.emit_output(graph(param))
+        bb.emit_func_output(out)
+    assert "power" not in IntegerPowers()(bb.get()).script()
+    # PyTorch computes these powers as the same products, in the same order: bit-identical
+    np.testing.assert_array_equal(_run(graph, [x], dtype="float32"), torch.pow(torch.tensor(x), exponent).numpy())
