@@ -1,15 +1,16 @@
 """Shape-generic CPU schedules for the PrimFuncs Kokoro's Relax graphs legalize to (TVM 0.27 schedules none).
 
-Three rules, tried in order on every fused PrimFunc (dlight's `ApplyDefaultSchedule` drives them):
+Rules tried in order on every fused PrimFunc (dlight's `ApplyDefaultSchedule` drives them):
 
 - `Contraction`: one multiply-accumulate reduction (conv1d, conv-transpose, matmul) plus injective producers
   and an epilogue. A register-blocked direct kernel: the output is tiled ROWS x COLS (rows = output
-  channels or matmul rows, cols = the contiguous output axis, COLS = 1 AVX-512 vector), accumulated in a
-  local tile the compiler keeps in registers over the whole reduction, the epilogue (bias, masking, Snake,
-  leaky ReLU...) applied to the tile while it is hot, and the tiles spread over the cores.
-- dlight's CPU `Reduction` for normalisation-like functions (mean/var then elementwise).
-- `Elementwise`: injective functions inlined into one loop nest, parallel outside and vectorized inside; and a
-  last-resort `ParallelOuter` for anything else (parallel outermost loop of every block).
+  channels or matmul rows, cols = the contiguous output axis; 16 x 1 AVX-512 vector, or 8 x 2 where 16 weight
+  rows would share one L1 set), accumulated in a local tile the compiler keeps in registers over the whole
+  reduction, the epilogue (bias, masking, Snake, leaky ReLU...) applied to the tile while it is hot, and the
+  tiles spread over the cores.
+- `Elementwise`: injective functions inlined into one loop nest, parallel outside and vectorized inside.
+- `RowReduction`: sums over the innermost axis (norm statistics): vector partial sums per row, rows in parallel;
+  then dlight's CPU `Reduction`, and a last-resort `ParallelOuter` (parallel outermost loop of every block).
 
 No tuning: the same decisions for every shape, so every bucket builds in seconds. The conv tile assumes the
 contiguous output axis is a multiple of COLS; `kokoro_tvm.relax_passes.AlignConvLengths` arranges that.
