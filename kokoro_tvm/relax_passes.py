@@ -148,15 +148,7 @@ class _SineRewriter(PyExprMutator):
 
 
 def VectorizableSine():  # noqa: N802
-    @tvm.transform.module_pass(opt_level=0, name="VectorizableSine")
-    def _pass(mod, _ctx):
-        rewriter = _SineRewriter(mod)
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
-
-    return _pass
+    return _rewriting_pass("VectorizableSine", _SineRewriter)
 
 
 @mutator
@@ -180,21 +172,15 @@ class _PowerRewriter(PyExprMutator):
 
 
 def IntegerPowers():  # noqa: N802
-    @tvm.transform.module_pass(opt_level=0, name="IntegerPowers")
-    def _pass(mod, _ctx):
-        rewriter = _PowerRewriter(mod)
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
-
-    return _pass
+    return _rewriting_pass("IntegerPowers", _PowerRewriter)
 
 
-def _module_pass(name: str, polyphase: bool, align: int | None):
+def _rewriting_pass(name: str, make_rewriter):
+    """A module pass that runs the PyExprMutator `make_rewriter(mod)` over every Relax function."""
+
     @tvm.transform.module_pass(opt_level=0, name=name)
     def _pass(mod, _ctx):
-        rewriter = _ConvRewriter(mod, polyphase, align)
+        rewriter = make_rewriter(mod)
         for gvar, func in list(mod.functions_items()):
             if isinstance(func, relax.Function):
                 rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
@@ -204,8 +190,8 @@ def _module_pass(name: str, polyphase: bool, align: int | None):
 
 
 def PolyphaseConvTranspose():  # noqa: N802 (TVM pass naming)
-    return _module_pass("PolyphaseConvTranspose", polyphase=True, align=None)
+    return _rewriting_pass("PolyphaseConvTranspose", lambda mod: _ConvRewriter(mod, polyphase=True, align=None))
 
 
 def AlignConvLengths(align: int = ALIGN):  # noqa: N802
-    return _module_pass("AlignConvLengths", polyphase=False, align=align)
+    return _rewriting_pass("AlignConvLengths", lambda mod: _ConvRewriter(mod, polyphase=False, align=align))
