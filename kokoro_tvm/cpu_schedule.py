@@ -277,15 +277,14 @@ class Contraction(_CPURule):
         first, second = (row_o, col_o) if rows_outer else (col_o, row_o)
         sch.reorder(*outer, first, second, *reduce, row_i, col_i)
         anchor = sch.fuse(*outer, first, second)  # one task per tile; neighbours share a slab
-        tile = anchor
         sch.parallel(anchor)
         # decided before cache_write, which makes the main block write the accumulator instead of the buffer the
         # epilogue reads (checked after it, every epilogue ran as its own pass over the whole output)
         per_tile_epilogue = bool(consumers) and _same_positions(sch, consumers[-1].block_rv, main.block_rv)
         accumulator = sch.cache_write(main.block_rv, 0, "local")
-        sch.reverse_compute_at(accumulator, tile)
+        sch.reverse_compute_at(accumulator, anchor)
         if per_tile_epilogue:
-            sch.reverse_compute_at(consumers[-1].block_rv, tile)
+            sch.reverse_compute_at(consumers[-1].block_rv, anchor)
             _vectorize_inner(sch, consumers[-1].block_rv, lanes)
             sch.compute_inline(accumulator)  # the epilogue reads the accumulator tile: no copy of it
         else:
