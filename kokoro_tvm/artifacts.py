@@ -49,7 +49,7 @@ class Artifact:
 
     @classmethod
     def open(cls, folder: Path) -> Artifact:
-        """Read an artifact folder written by kokoro_tvm.compile (manifest.json, component.so)."""
+        """Read an artifact folder written by kokoro_tvm.compiler.build (manifest.json, component.so)."""
         folder = Path(folder)
         try:
             manifest = json.loads((folder / "manifest.json").read_text())

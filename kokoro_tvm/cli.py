@@ -23,11 +23,11 @@ EXIT_USAGE = 2
 def _user_errors() -> tuple[type[BaseException], ...]:
     from kokoro_tvm._packages import MissingPackageError
     from kokoro_tvm.artifacts import ArtifactError
-    from kokoro_tvm.onnx_int8 import CorruptModelError
-    from kokoro_tvm.pipeline import PipelineError
-    from kokoro_tvm.text import TextError
-    from kokoro_tvm.voices import UnknownVoiceError
-    from kokoro_tvm.weights import WeightsError
+    from kokoro_tvm.frontend.text import TextError
+    from kokoro_tvm.frontend.voices import UnknownVoiceError
+    from kokoro_tvm.report.notebook_runner import PipelineError
+    from kokoro_tvm.weights.onnx_int8 import CorruptModelError
+    from kokoro_tvm.weights.resolve import WeightsError
 
     return (
         TextError,
@@ -43,7 +43,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def cmd_say(args: argparse.Namespace) -> int:
-    from kokoro_tvm.audio_io import write_wav
+    from kokoro_tvm.runtime.audio_io import write_wav
     from kokoro_tvm.synthesis import synthesize
 
     start = time.perf_counter()
@@ -83,9 +83,9 @@ def cmd_say(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     import torch
 
-    from kokoro_tvm.buckets import parse_buckets
-    from kokoro_tvm.compile import precompile
-    from kokoro_tvm.weights import load_kmodel
+    from kokoro_tvm.compiler.build import precompile
+    from kokoro_tvm.runtime.buckets import parse_buckets
+    from kokoro_tvm.weights.resolve import load_kmodel
 
     buckets = parse_buckets(args.buckets)  # a bad spec fails before the weights load
     dtype = {"fp32": "float32", "fp64": "float64"}[args.precision]
@@ -107,16 +107,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_build(args: argparse.Namespace) -> int:
-    from kokoro_tvm.buckets import FRAME_COMPONENTS, TOKEN_COMPONENTS
-    from kokoro_tvm.gpu_builds import build_components
-    from kokoro_tvm.weights import load_kmodel
+    from kokoro_tvm.compiler.gpu_sources import build_components
+    from kokoro_tvm.components import NAMES, lengths_for
+    from kokoro_tvm.weights.resolve import load_kmodel
 
-    every = list(TOKEN_COMPONENTS) + list(FRAME_COMPONENTS)
-    chosen = every if not args.components else [c.strip() for c in args.components.split(",") if c.strip()]
-    unknown = sorted(set(chosen) - set(every))
+    chosen = list(NAMES) if not args.components else [c.strip() for c in args.components.split(",") if c.strip()]
+    unknown = sorted(set(chosen) - set(NAMES))
     if unknown or not chosen:
-        raise ValueError(f"unknown component(s) {unknown}; choose from {', '.join(every)}")
-    lengths = {c: args.tokens if c in TOKEN_COMPONENTS else args.frames for c in chosen}
+        raise ValueError(f"unknown component(s) {unknown}; choose from {', '.join(NAMES)}")
+    lengths = lengths_for(chosen, args.tokens, args.frames)
     model, _info = load_kmodel(args.weights)
     manifest = build_components(model, args.target, lengths, Path(args.out), export=args.export)
     failed = 0
@@ -130,7 +129,7 @@ def cmd_gpu_build(args: argparse.Namespace) -> int:
 
 
 def cmd_weights(args: argparse.Namespace) -> int:
-    from kokoro_tvm.weights import load_weights
+    from kokoro_tvm.weights.resolve import load_weights
 
     info, _ = load_weights(args.weights)
     print(json.dumps(info.as_dict()))
@@ -138,7 +137,7 @@ def cmd_weights(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from kokoro_tvm.parity import compare_text
+    from kokoro_tvm.evaluation.parity import compare_text
 
     record = compare_text(
         args.text,
@@ -154,7 +153,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kokoro_tvm.bench import bench
+    from kokoro_tvm.studies.benchmark import bench
 
     record = bench(
         args.text,
@@ -172,7 +171,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from kokoro_tvm import paths
-    from kokoro_tvm.pipeline import run
+    from kokoro_tvm.report.notebook_runner import run
 
     only = [s.strip() for s in args.only.split(",")] if args.only else None
     for path in run(only=only, fast=args.fast):
@@ -189,10 +188,10 @@ def _positive_int(value: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kokoro_tvm.audio_io import WAV_FORMATS
-    from kokoro_tvm.runtime import DEVICES
+    from kokoro_tvm.frontend.voices import DEFAULT_VOICE
+    from kokoro_tvm.runtime.audio_io import WAV_FORMATS
+    from kokoro_tvm.runtime.devices import DEVICES
     from kokoro_tvm.synthesis import BACKENDS
-    from kokoro_tvm.voices import DEFAULT_VOICE
 
     parser = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"kokoro-tvm {__version__}")
@@ -246,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (where one exists)")
     compare.set_defaults(func=cmd_compare)
 
-    from kokoro_tvm.bench import DEFAULT_TEXT
+    from kokoro_tvm.studies.benchmark import DEFAULT_TEXT
 
     bench = sub.add_parser("bench", help="PyTorch, ONNX Runtime int8 and TVM timed on one utterance")
     bench.add_argument("--text", default=DEFAULT_TEXT, help="one utterance (default: an 11-12 s sentence)")

@@ -22,6 +22,7 @@ MAX_POSITIONS = 512
 MAX_PHONEMES = MAX_POSITIONS - 2
 PAD_TOKEN_ID = 0
 STYLE_DIM = 128  # a voice style row has 2 * STYLE_DIM values: [decoder | prosody]
+N_HARMONICS = 9  # SineGen (SourceModuleHnNSF(harmonic_num=8)): the fundamental and 8 overtones
 
 KOKORO_82M_CONFIG = {
     "dim_in": 64,

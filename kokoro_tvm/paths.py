@@ -1,8 +1,18 @@
-"""Where things are written: the on-disk cache and the per-notebook output folders."""
+"""Where things are written: the on-disk cache and the per-notebook output folders; and how cache files are
+written safely when several processes share the cache (two notebook runs, parallel test workers).
+
+- `temporary_sibling(path)`: a unique temporary name beside `path`: write it whole, then `os.replace` it onto
+  `path`, so a reader sees the old file or the new one, never half of one.
+- `cache_lock(path)`: an exclusive lock on `path`'s lock file for one process at a time: the second process waits
+  for the first to finish building, then finds the result in the cache instead of building it again.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import uuid
 from pathlib import Path
 
 CACHE_ENV = "KOKORO_TVM_CACHE"
@@ -29,3 +39,22 @@ def notebook_output_dir(notebook: str) -> Path:
     path = outputs_dir() / Path(notebook).stem
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def temporary_sibling(path: Path) -> Path:
+    """A fresh temporary path in `path`'s folder (same file system, so `os.replace` onto `path` is atomic)."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path):
+    """Hold an exclusive advisory lock on `<path>.lock` (created if missing) while the block runs."""
+    lock = Path(f"{path}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
-from kokoro_tvm.noise import NoiseSource, noise_source
-from kokoro_tvm.text import Chunk, prepare
-from kokoro_tvm.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.frontend.text import Chunk, prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.reference.noise import NoiseSource, noise_source
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class Speech:
 
 
 class TorchBackend:
-    """PyTorch pt.dynamic (kokoro_tvm.reference) on the resolved weights."""
+    """PyTorch pt.dynamic (kokoro_tvm.reference.pt_dynamic) on the resolved weights."""
 
     name = "torch"
 
@@ -45,20 +45,21 @@ class TorchBackend:
 
     @classmethod
     def load(cls, weights=None) -> TorchBackend:
-        from kokoro_tvm.weights import load_kmodel
+        from kokoro_tvm.weights.resolve import load_kmodel
 
         return cls(*load_kmodel(weights))
 
     def speak(self, chunk: Chunk, style: np.ndarray, speed: float, noise: NoiseSource, stream: int):
-        from kokoro_tvm.reference import run_stages
+        from kokoro_tvm.reference.pt_dynamic import run_stages
 
         stages = run_stages(self.model, chunk.padded_ids, style, speed=speed, noise=noise, stream=stream)
         return stages.audio, stages.durations
 
 
 class TVMBackend:
-    """The compiled model (kokoro_tvm.runtime) in a bucket set (default: kokoro_tvm.buckets.DEFAULT_SET) or at
-    exact lengths (`buckets="exact"`); each shape is built on first use into the cache and reused."""
+    """The compiled model (kokoro_tvm.runtime.kokoro) in a bucket set (default:
+    kokoro_tvm.runtime.buckets.DEFAULT_SET) or at exact lengths (`buckets="exact"`); each shape is built on
+    first use into the cache and reused."""
 
     name = "tvm"
 
@@ -70,9 +71,9 @@ class TVMBackend:
     def load(cls, weights=None, dtype: str = "float32", buckets: str = "default", device: str = "cpu") -> TVMBackend:
         import torch
 
-        from kokoro_tvm.buckets import parse_buckets
-        from kokoro_tvm.compile import check_device, compiled_kokoro
-        from kokoro_tvm.weights import load_kmodel
+        from kokoro_tvm.compiled import check_device, compiled_kokoro
+        from kokoro_tvm.runtime.buckets import parse_buckets
+        from kokoro_tvm.weights.resolve import load_kmodel
 
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
         check_device(device, dtype)  # so does a missing device
@@ -124,7 +125,7 @@ def synthesize(
 ) -> Speech:
     """Speak `text` (or a raw phoneme string). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
     `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name):
-    a kokoro_tvm.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
+    a kokoro_tvm.runtime.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
     speed = check_speed(speed)
     noise = noise_source(noise)
     chunks = prepare(text=text, phonemes=phonemes)

@@ -1,13 +1,54 @@
 """Test tiers: unit tests (default, seconds), `real` (embedded Kokoro-82M weights, minutes, part of `make test`)
 and `slow` (not in `make test`; `make test-slow`)."""
 
+import os
+
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    """The notebook tier first: it is the longest file (the whole FAST pipeline), so with `make test`'s two
+    workers (pytest-xdist, one file per worker at a time) it starts at once beside the other files."""
+    items.sort(key=lambda item: item.path.name != "test_notebooks.py")  # stable: the rest keep their order
+
+
+@pytest.fixture(scope="session")
+def unit_cache(tmp_path_factory):
+    """One artifact cache for every unit test that builds components on random weights: each (component,
+    shape, dtype) is built once per session and reused by every test that needs it. The real-weights tiers use
+    the user's cache ($KOKORO_TVM_CACHE or ~/.cache/kokoro-tvm) as before."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # parallel workers share it: builds are locked and atomic
+        folder = tmp_path_factory.getbasetemp().parent / "unit-cache"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("unit-cache")
+    old = os.environ.get("KOKORO_TVM_CACHE")
+    os.environ["KOKORO_TVM_CACHE"] = str(folder)
+    yield folder
+    if old is None:
+        del os.environ["KOKORO_TVM_CACHE"]
+    else:
+        os.environ["KOKORO_TVM_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def random_model64():
+    """Kokoro-82M's architecture on seeded random weights, float64, with kokoro's exact STFT bases."""
+    import torch
+
+    from kokoro_tvm.weights.resolve import exact_stft_bases, kmodel_skeleton
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = kmodel_skeleton().eval()
+    exact_stft_bases(model.decoder.generator.stft)
+    return model.double()
 
 
 @pytest.fixture(scope="session")
 def kmodel():
     """The real model on the resolved weights (the embedded default on a fresh machine), float32."""
-    from kokoro_tvm.weights import load_kmodel
+    from kokoro_tvm.weights.resolve import load_kmodel
 
     model, info = load_kmodel()
     return model, info
@@ -15,7 +56,7 @@ def kmodel():
 
 @pytest.fixture(scope="session")
 def jm_kumo():
-    from kokoro_tvm.voices import load_voice
+    from kokoro_tvm.frontend.voices import load_voice
 
     return load_voice("jm_kumo")
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from kokoro_tvm.asr import transcribe, words
-from kokoro_tvm.audio_io import read_wav
 from kokoro_tvm.cli import main
+from kokoro_tvm.evaluation.asr import transcribe, words
+from kokoro_tvm.runtime.audio_io import read_wav
 
 pytestmark = pytest.mark.real
 

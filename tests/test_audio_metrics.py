@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from kokoro_tvm.compare import (
+from kokoro_tvm.evaluation.metrics import (
     LOG_FLOOR,
     correlation,
     f0_metrics,

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from kokoro_tvm.bucket_study import FlopModel, Polynomial, evaluate
-from kokoro_tvm.buckets import (
+from kokoro_tvm.config import MAX_POSITIONS
+from kokoro_tvm.runtime.buckets import (
     ALIGN,
     CANDIDATES,
     DEFAULT_SET,
@@ -13,7 +13,7 @@ from kokoro_tvm.buckets import (
     geometric,
     parse_buckets,
 )
-from kokoro_tvm.config import MAX_POSITIONS
+from kokoro_tvm.studies.bucket_choice import FlopModel, Polynomial, evaluate
 
 SMALL = BucketSet("small", (32, 64, 512), (64, 128), overflow=256)
 
@@ -96,8 +96,8 @@ def test_overhead_counts_padded_compute_over_useful_compute():
 
 
 def test_every_corpus_sentence_is_speakable_in_one_chunk():
-    from kokoro_tvm.bucket_study import load_sentences
-    from kokoro_tvm.text import prepare
+    from kokoro_tvm.frontend.text import prepare
+    from kokoro_tvm.studies.bucket_choice import load_sentences
 
     sentences = load_sentences()
     assert len(sentences) >= 200

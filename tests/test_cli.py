@@ -53,7 +53,7 @@ def test_unknown_backend_is_an_argparse_error(capsys):
 
 
 def test_weights_prints_one_json_line_for_an_explicit_file(capsys, tmp_path):
-    from kokoro_tvm.weights import TOP_MODULES, fingerprint
+    from kokoro_tvm.weights.resolve import TOP_MODULES, fingerprint
 
     state = {top: {"w": torch.arange(4, dtype=torch.float32)} for top in TOP_MODULES}
     path = tmp_path / "tiny.pth"

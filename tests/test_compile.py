@@ -5,49 +5,31 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from random_builds import RANDOM_FINGERPRINT, bucket
 
-from kokoro_tvm.compile import BuildSpec, build, host_target
-from kokoro_tvm.export import ComponentShape, component_module, example_inputs, export_patches
-from kokoro_tvm.reference import default_dtype
-from kokoro_tvm.runtime import ComponentRunner
-from kokoro_tvm.weights import exact_stft_bases, kmodel_skeleton
-
-FAKE_FINGERPRINT = "random-weights-for-tests"
-SMALL = {"albert": 7, "duration": 7, "text_encoder": 7, "f0n": 5, "decoder": 4}
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cache")
-    old = os.environ.get("KOKORO_TVM_CACHE")
-    os.environ["KOKORO_TVM_CACHE"] = str(folder)
-    yield folder
-    if old is None:
-        del os.environ["KOKORO_TVM_CACHE"]
-    else:
-        os.environ["KOKORO_TVM_CACHE"] = old
+from kokoro_tvm.artifacts import Artifact, file_sha256
+from kokoro_tvm.compiler.build import BuildSpec, build
+from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
+from kokoro_tvm.compiler.patches import export_patches
+from kokoro_tvm.compiler.targets import host_target
+from kokoro_tvm.components import NAMES
+from kokoro_tvm.reference.pt_dynamic import default_dtype
+from kokoro_tvm.runtime.vm import ComponentRunner
 
 
-@pytest.fixture(scope="module")
-def random_model64():
-    torch.manual_seed(0)
-    model = kmodel_skeleton().eval()
-    exact_stft_bases(model.decoder.generator.stft)
-    return model.double()
-
-
-@pytest.mark.parametrize("component", list(SMALL))
-def test_component_float64_matches_torch(component, cache, random_model64):
-    spec = BuildSpec(component, SMALL[component], "float64")
+@pytest.mark.parametrize("component", NAMES)
+def test_component_float64_matches_torch(component, unit_cache, random_model64):
+    spec = BuildSpec(component, bucket(component), "float64")  # the build tests/test_masking.py uses too
     inputs = example_inputs(ComponentShape(component, spec.length), torch.float64)
     with export_patches(random_model64), torch.no_grad(), default_dtype(torch.float64):
         expected = component_module(random_model64, component)(*inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
-    got = ComponentRunner(build(random_model64, FAKE_FINGERPRINT, spec))(*(x.numpy() for x in inputs))
+    got = ComponentRunner(build(random_model64, RANDOM_FINGERPRINT, spec))(*(x.numpy() for x in inputs))
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         e = e.numpy()
@@ -57,19 +39,19 @@ def test_component_float64_matches_torch(component, cache, random_model64):
         assert np.linalg.norm(g - e) / np.linalg.norm(e) < 1e-10
 
 
-def test_cache_reuses_and_rebuilds_on_corruption(cache, random_model64, caplog):
+def test_cache_reuses_and_rebuilds_on_corruption(unit_cache, random_model64, caplog):
     spec = BuildSpec("text_encoder", 5, "float64")
-    first = build(random_model64, FAKE_FINGERPRINT, spec)
+    first = build(random_model64, RANDOM_FINGERPRINT, spec)
     mtime = first.library.stat().st_mtime_ns
-    again = build(random_model64, FAKE_FINGERPRINT, spec)
+    again = build(random_model64, RANDOM_FINGERPRINT, spec)
     assert again.library == first.library and again.library.stat().st_mtime_ns == mtime  # reused
     key = again.manifest["key"]
-    assert key["weights"] == FAKE_FINGERPRINT and key["target"] == host_target()
+    assert key["weights"] == RANDOM_FINGERPRINT and key["target"] == host_target()
     assert key["tvm"] and key["recipe"] and key["length"] == 5 and key["dtype"] == "float64"
 
     first.library.write_bytes(b"not a shared library")  # corrupt code: detected by its sha256
     with caplog.at_level("WARNING"):
-        rebuilt = build(random_model64, FAKE_FINGERPRINT, spec)
+        rebuilt = build(random_model64, RANDOM_FINGERPRINT, spec)
     assert "rebuilding" in caplog.text and rebuilt.library.read_bytes() != b"not a shared library"
     ComponentRunner(rebuilt)  # loads
 
@@ -80,7 +62,7 @@ def test_cache_reuses_and_rebuilds_on_corruption(cache, random_model64, caplog):
     np.savez(rebuilt.params, **arrays)
     caplog.clear()
     with caplog.at_level("WARNING"):
-        fixed = build(random_model64, FAKE_FINGERPRINT, spec)
+        fixed = build(random_model64, RANDOM_FINGERPRINT, spec)
     assert "rebuilding" in caplog.text
     fixed.load_params()  # verified against the digest again
 
@@ -88,15 +70,16 @@ def test_cache_reuses_and_rebuilds_on_corruption(cache, random_model64, caplog):
     assert other.library.parent != fixed.library.parent  # the weights are part of the key
 
 
-def test_runtime_works_without_torch(cache, random_model64):
+def test_runtime_works_without_torch(unit_cache, random_model64):
     """torch is made unimportable (tvm_ffi imports it eagerly when present, so "not in sys.modules" cannot
     be the check): loading and running an artifact must still work."""
-    artifact = build(random_model64, FAKE_FINGERPRINT, BuildSpec("text_encoder", 5, "float64"))
+    artifact = build(random_model64, RANDOM_FINGERPRINT, BuildSpec("text_encoder", 5, "float64"))
     script = f"""
 import sys, numpy as np
 sys.modules["torch"] = None  # any `import torch` now raises ImportError
 from kokoro_tvm.artifacts import Artifact
-from kokoro_tvm.runtime import ComponentRunner, TVMKokoro
+from kokoro_tvm.runtime.kokoro import TVMKokoro
+from kokoro_tvm.runtime.vm import ComponentRunner
 runner = ComponentRunner(Artifact.open({str(artifact.library.parent)!r}))
 out = runner(np.arange(5, dtype=np.int64)[None], np.array([5], dtype=np.int64))
 print(out[0].shape)
@@ -114,3 +97,34 @@ def test_spec_validation():
     with pytest.raises(ValueError, match="positive"):
         BuildSpec("albert", 0)
     assert json.dumps(host_target())
+
+
+def test_two_processes_building_one_artifact_build_it_once(tmp_path):
+    """Two builds of the same artifact started at once into one empty cache: both succeed, only one of them
+    builds (the other waits on the artifact's lock, then loads the finished build), and the cache is valid."""
+    script = """
+import logging, torch
+logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+from kokoro_tvm.compiler.build import BuildSpec, build
+from kokoro_tvm.weights.resolve import kmodel_skeleton
+torch.manual_seed(0)
+model = kmodel_skeleton().eval().double()
+print(build(model, "concurrency-test", BuildSpec("text_encoder", 6, "float64")).library)
+"""
+    env = dict(os.environ, KOKORO_TVM_CACHE=str(tmp_path))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    results = [(p.communicate(timeout=900), p.returncode) for p in procs]
+    for (_out, err), code in results:
+        assert code == 0, err[-2000:]
+    assert sum("building text_encoder" in err for (_, err), _ in results) == 1, [e[-500:] for (_, e), _ in results]
+    libraries = {out.strip() for (out, _), _ in results}
+    assert len(libraries) == 1
+    folder = Path(libraries.pop()).parent
+    artifact = Artifact.open(folder)
+    assert file_sha256(artifact.library) == artifact.manifest["library_sha256"]
+    artifact.load_params()  # parameters complete and matching their digest
+    assert not list(tmp_path.rglob("*.partial")), "a temporary file was left behind"

@@ -4,10 +4,9 @@ import pytest
 import torch
 import tvm
 
-from kokoro_tvm.convert import CONVERTERS, unsupported_ops
-from kokoro_tvm.ops.lstm import masked_lstm
-from kokoro_tvm.probes import CONVERTER_CASE_NAMES, check_converter_case, converter_case
-from kokoro_tvm.probes import _Fn as Lambda
+from kokoro_tvm.compiler.converters import CONVERTERS, unsupported_ops
+from kokoro_tvm.compiler.ops.lstm import masked_lstm
+from kokoro_tvm.studies.converter_cases import CONVERTER_CASE_NAMES, Lambda, check_converter_case, converter_case
 
 
 @pytest.mark.parametrize("name", CONVERTER_CASE_NAMES)

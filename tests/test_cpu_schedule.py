@@ -8,8 +8,9 @@ import tvm
 from tvm import relax
 from tvm.s_tir import dlight
 
-from kokoro_tvm.compile import compile_relax, host_target
-from kokoro_tvm.cpu_schedule import rules
+from kokoro_tvm.compiled import compile_and_load
+from kokoro_tvm.compiler.schedule.cpu import rules
+from kokoro_tvm.compiler.targets import host_target
 
 # float64, different summation order only (polyphase regroups the taps): a few ulps of the result's scale
 F64_TOL = 1e-12
@@ -23,8 +24,7 @@ def _run(build, inputs, dtype="float64"):
         with bb.dataflow():
             out = bb.emit_output(build(*params))
         bb.emit_func_output(out)
-    vm = relax.VirtualMachine(compile_relax(bb.get(), host_target()), tvm.cpu())
-    return vm["main"](*(tvm.runtime.tensor(x) for x in inputs)).numpy()
+    return compile_and_load(bb.get())(*inputs)[0]
 
 
 @pytest.mark.parametrize(
@@ -83,10 +83,7 @@ def _unscheduled_and_scheduled(build, inputs):
         bb.emit_func_output(out)
     mod = bb.get()
     target = tvm.target.Target(host_target())
-    outputs = []
-    for executable in (tvm.compile(mod, target=target), compile_relax(mod, host_target())):
-        vm = relax.VirtualMachine(executable, tvm.cpu())
-        outputs.append(vm["main"](*(tvm.runtime.tensor(x) for x in inputs)).numpy())
+    outputs = [compile_and_load(mod, host_target(), stock=stock)(*inputs)[0] for stock in (True, False)]
     with target:
         legal = tvm.transform.Sequential(relax.backend.cpu_generic.pipeline.legalize_passes(target))(mod)
         scheduled = dlight.ApplyDefaultSchedule(*rules())(legal)
@@ -131,8 +128,9 @@ def test_matmul_contraction_keeps_values(rows):
 
 
 def test_folded_weight_norm_is_identical_and_undone():
-    from kokoro_tvm.export import ComponentShape, component_module, example_inputs, folded_weight_norm
-    from kokoro_tvm.weights import kmodel_skeleton
+    from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
+    from kokoro_tvm.compiler.patches import folded_weight_norm
+    from kokoro_tvm.weights.resolve import kmodel_skeleton
 
     torch.manual_seed(0)
     model = kmodel_skeleton().eval()
@@ -178,7 +176,7 @@ def _fused_primfuncs(build, shapes):
 def test_contraction_epilogue_onto_a_longer_axis_is_computed_everywhere():
     """Regression: conv -> slice -> zero pad onto a longer axis (the generator's alignment makes this). The
     epilogue's extra positions read no conv output, so computing it per conv tile left them unwritten."""
-    from kokoro_tvm.cpu_schedule import Contraction
+    from kokoro_tvm.compiler.schedule.cpu import Contraction
 
     def graph(x, w):
         y = relax.op.strided_slice(relax.op.nn.conv1d(x, w), axes=[2], begin=[0], end=[90])
@@ -208,7 +206,7 @@ def test_values_read_at_other_positions_stay_outside_the_tile():
     positions. Read at other positions (a shift, a transpose), a per-chunk copy has to cover them too; with
     the decoder's SineGen phase that meant the whole buffer for every chunk, quadratic in length (a
     5120-frame decoder stalled for minutes)."""
-    from kokoro_tvm.cpu_schedule import Elementwise
+    from kokoro_tvm.compiler.schedule.cpu import Elementwise
 
     def graph(x):
         y = relax.op.multiply(x, x)
@@ -229,7 +227,7 @@ def test_values_read_at_other_positions_stay_outside_the_tile():
 @pytest.mark.parametrize("steps", [1024, 1000])  # 1000: not a whole number of vectors, the plain per-row loop
 def test_row_reduction_keeps_values(steps):
     """Masked sums over the time axis (norm statistics): vector partial sums per row, rows in parallel."""
-    from kokoro_tvm.cpu_schedule import RowReduction
+    from kokoro_tvm.compiler.schedule.cpu import RowReduction
 
     rng = np.random.default_rng(6)
     x = rng.standard_normal((1, 24, steps)).astype(np.float32)
@@ -252,13 +250,15 @@ def test_row_reduction_keeps_values(steps):
 
 
 def test_register_tile_follows_cache_set_collisions():
-    from kokoro_tvm.cpu_schedule import L1_WAYS, WIDE_TILE, _set_collisions
+    from kokoro_tvm.compiler.schedule.cpu import WIDE_TILE, _set_collisions
+    from kokoro_tvm.compiler.targets import CPUGeometry
 
-    rows = WIDE_TILE[0]
-    assert _set_collisions(1024 * 3 * 4, rows) == rows  # 1024 channels x k3: every row in one set
-    assert _set_collisions(512 * 2 * 4, rows) == rows  # 512 x k2 (the first upsampler's polyphase conv)
-    assert _set_collisions(128 * 11 * 4, rows) <= L1_WAYS // 2  # the generator's convs keep the wide tile
-    assert _set_collisions(1090 * 3 * 4, rows) <= L1_WAYS // 2
+    zen4 = CPUGeometry(512, 32)  # 32 KiB, 8-way, 64-byte lines: 64 sets, so rows 4 KiB apart share one set
+    rows, ways = WIDE_TILE[0], zen4.l1_ways
+    assert _set_collisions(1024 * 3 * 4, rows, zen4) == rows  # 1024 channels x k3: every row in one set
+    assert _set_collisions(512 * 2 * 4, rows, zen4) == rows  # 512 x k2 (the first upsampler's polyphase conv)
+    assert _set_collisions(128 * 11 * 4, rows, zen4) <= ways // 2  # the generator's convs keep the wide tile
+    assert _set_collisions(1090 * 3 * 4, rows, zen4) <= ways // 2
 
 
 @pytest.mark.parametrize(
@@ -287,7 +287,7 @@ def test_conv_tiles_keep_values(c_in, c_out, kernel, steps):
 def test_conv_epilogue_runs_per_tile():
     """Regression: the epilogue (bias, masks, residuals) is applied to each register tile, not in a second pass
     over a whole-size intermediate (a check made after `cache_write` had silently sent every epilogue there)."""
-    from kokoro_tvm.cpu_schedule import Contraction
+    from kokoro_tvm.compiler.schedule.cpu import Contraction
 
     def graph(a, weight, bias):
         return relax.op.add(relax.op.nn.conv1d(a, weight, padding=1), bias)
@@ -308,7 +308,7 @@ def test_conv_epilogue_runs_per_tile():
 
 @pytest.mark.parametrize("exponent", [2.0, 3.0])
 def test_integer_powers_are_products(exponent):
-    from kokoro_tvm.relax_passes import IntegerPowers
+    from kokoro_tvm.compiler.passes import IntegerPowers
 
     rng = np.random.default_rng(8)
     x = rng.standard_normal((4, 64)).astype(np.float32)
@@ -325,3 +325,83 @@ def test_integer_powers_are_products(exponent):
     assert "power" not in IntegerPowers()(bb.get()).script()
     # PyTorch computes these powers as the same products, in the same order: bit-identical
     np.testing.assert_array_equal(_run(graph, [x], dtype="float32"), torch.pow(torch.tensor(x), exponent).numpy())
+
+
+AVX2 = {"kind": "llvm", "mcpu": "haswell"}  # 256-bit vectors, 16 registers: a subset of this CPU's AVX-512
+AARCH64 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}  # NEON, 128-bit
+
+
+def _conv_norm_snake_module(inputs):
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"x{i}", relax.TensorType(x.shape, "float32")) for i, x in enumerate(inputs)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(_snake_block(*params))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _snake_inputs():
+    rng = np.random.default_rng(8)
+    return [
+        rng.standard_normal((1, 16, 128)).astype(np.float32),
+        rng.standard_normal((24, 16, 7)).astype(np.float32) * 0.2,
+        rng.standard_normal((1, 24, 1)).astype(np.float32),
+        rng.uniform(0.5, 2.0, (1, 24, 1)).astype(np.float32),
+    ]
+
+
+def test_cpu_geometry_comes_from_the_target():
+    from kokoro_tvm.compiler.targets import cpu_geometry
+
+    assert cpu_geometry(AVX2).vector_bits == 256 and cpu_geometry(AVX2).vector_registers == 16
+    assert cpu_geometry({"kind": "llvm", "mcpu": "znver4"}).vector_bits == 512
+    assert cpu_geometry({"kind": "llvm", "mcpu": "x86-64"}).vector_bits == 128  # SSE2 baseline
+    assert cpu_geometry(AARCH64).vector_bits == 128 and cpu_geometry(AARCH64).vector_registers == 32
+    assert cpu_geometry({"kind": "llvm", "mcpu": "sapphirerapids"}).l1_sets == 64  # 48 KiB, 12-way
+
+
+def test_an_avx2_build_runs_here_within_the_native_tolerance():
+    """Scheduled for haswell (8 float32 lanes, half the register tile), run on this CPU (AVX2 is a subset of
+    its AVX-512): same values as TVM's unscheduled build, within the native build's tolerance."""
+    inputs = _snake_inputs()
+    mod = _conv_norm_snake_module(inputs)
+    plain = compile_and_load(mod, host_target(), stock=True)(*inputs)[0]
+    native = compile_and_load(mod, host_target())(*inputs)[0]
+    avx2 = compile_and_load(mod, AVX2)(*inputs)[0]
+    # float32, different summation order and our sine (<= 1 ulp): relative to the output's scale (as above)
+    for got in (native, avx2):
+        assert np.abs(got - plain).max() <= 1e-5 * np.abs(plain).max()
+
+
+def test_the_avx2_build_uses_256_bit_vectors():
+    from kokoro_tvm.compiler.pipeline import compile_relax
+
+    inputs = _snake_inputs()
+    library = next(m for m in compile_relax(_conv_norm_snake_module(inputs), AVX2).mod.imports if m.kind == "llvm")
+    assembly = library.inspect_source("s")
+    assert "%ymm" in assembly and "%zmm" not in assembly
+
+
+def test_aarch64_code_is_generated_with_neon_vectors(tmp_path):
+    """Cross-compiled, not run: an aarch64 ELF object whose kernels use NEON vector FMAs on 128-bit registers."""
+    from kokoro_tvm.compiler.pipeline import compile_relax
+
+    inputs = _snake_inputs()
+    library = next(m for m in compile_relax(_conv_norm_snake_module(inputs), AARCH64).mod.imports if m.kind == "llvm")
+    obj = tmp_path / "kernels.o"
+    library.write_to_file(str(obj))
+    header = obj.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+    assert "fmla\tv" in library.inspect_source("s")  # vector fused multiply-add (v registers)
+
+
+def test_the_pipeline_dumps_the_ir_after_each_phase(tmp_path):
+    from kokoro_tvm.compiler.pipeline import PHASES, compile_relax
+
+    compile_relax(_conv_norm_snake_module(_snake_inputs()), host_target(), dump_dir=tmp_path)
+    dumps = sorted(p.name for p in tmp_path.iterdir())
+    assert dumps == [f"{i:02d}_{phase}.py" for i, phase in enumerate(PHASES, start=1)]
+    text = {phase: (tmp_path / name).read_text() for phase, name in zip(PHASES, dumps, strict=True)}
+    assert "R.nn.conv1d" in text["rewrite"] and "R.nn.conv1d" not in text["legalize"]  # legalized to TIR
+    assert "tirx.is_scheduled" not in text["legalize"] and "tirx.is_scheduled" in text["schedule"]

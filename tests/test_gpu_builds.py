@@ -12,8 +12,8 @@ import torch
 import tvm
 from tvm.script import tirx as T
 
-from kokoro_tvm.compile import BuildSpec, check_dtype
-from kokoro_tvm.gpu_builds import (
+from kokoro_tvm.compiler.build import BuildSpec
+from kokoro_tvm.compiler.gpu_sources import (
     Launch,
     build_sources,
     gpu_lstm_check,
@@ -22,7 +22,8 @@ from kokoro_tvm.gpu_builds import (
     source_problems,
     unbound_functions,
 )
-from kokoro_tvm.weights import kmodel_skeleton
+from kokoro_tvm.compiler.targets import check_dtype
+from kokoro_tvm.weights.resolve import kmodel_skeleton
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,7 @@ def test_say_on_a_missing_device_is_one_clear_error():
 
 
 def test_launches_of_the_gpu_lstm_kernel():
-    from kokoro_tvm.ops.lstm_gpu import gpu_recurrence_kernel
+    from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel
 
     # one threadgroup per (direction, sample), one thread per hidden unit; the time axis is symbolic
     assert launches_of(gpu_recurrence_kernel(3, 8, "float32")) == [Launch(grid=[6, 1, 1], threadgroup=[8, 1, 1])]

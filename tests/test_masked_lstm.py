@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
-import tvm
 
-from kokoro_tvm.convert import to_relax
-from kokoro_tvm.ops.lstm import masked_lstm
+from kokoro_tvm.compiled import compile_and_load
+from kokoro_tvm.compiler.converters import to_relax
+from kokoro_tvm.compiler.ops.lstm import masked_lstm
 
 # fp32: the TVM kernel and torch accumulate 4H dot products in different orders; 1e-5 absolute on
 # O(1) LSTM outputs is ~100 float32 ulps. fp64: the same reasoning at double precision.
@@ -33,14 +33,8 @@ def packed_reference(lstm, x, lengths):
 
 def build(module, x, lengths):
     ep = torch.export.export(module, (x, lengths))
-    ex = tvm.compile(to_relax(ep), target=tvm.target.Target({"kind": "llvm"}))
-    vm = tvm.relax.VirtualMachine(ex, tvm.cpu())
-
-    def run(xs, ls):
-        out = vm["main"](tvm.runtime.tensor(xs.numpy()), tvm.runtime.tensor(ls.numpy()))
-        return out.numpy() if hasattr(out, "numpy") else out[0].numpy()
-
-    return run
+    runner = compile_and_load(to_relax(ep), stock=True)
+    return lambda xs, ls: runner(xs.numpy(), ls.numpy())[0]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -4,27 +4,25 @@ valid prefix, and garbage in the padded tail of every input changes nothing ther
 import numpy as np
 import pytest
 import torch
+from random_builds import RANDOM_FINGERPRINT, VALID_FRAMES, VALID_TOKENS, bucket
 
-from kokoro_tvm.compile import BuildSpec, build
-from kokoro_tvm.export import component_module
-from kokoro_tvm.ops.masked_norm import masked_instance_norm
-from kokoro_tvm.reference import default_dtype, explicit_sine_noise_tensors
-from kokoro_tvm.runtime import ComponentRunner
-from kokoro_tvm.weights import exact_stft_bases, kmodel_skeleton
+from kokoro_tvm.compiler.build import BuildSpec, build
+from kokoro_tvm.compiler.export import component_module
+from kokoro_tvm.compiler.ops.masked_norm import masked_instance_norm
+from kokoro_tvm.components import NAMES
+from kokoro_tvm.reference.pt_dynamic import default_dtype, explicit_sine_noise_tensors
+from kokoro_tvm.runtime.vm import ComponentRunner
 
 F64 = torch.float64
-T, F = 7, 5  # valid tokens and frames
-BUCKETS = {"albert": 12, "duration": 12, "text_encoder": 12, "f0n": 9, "decoder": 8}
+T, F = VALID_TOKENS, VALID_FRAMES
+BUCKETS = {name: bucket(name) for name in NAMES}  # shared with tests/test_compile.py: built once per session
 # float64, unpadded kokoro vs our masked graph: only the summation order of norms and convs differs
 TOL = 1e-11
 
 
 @pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    m = kmodel_skeleton().eval()
-    exact_stft_bases(m.decoder.generator.stft)
-    return m.to(F64)
+def model(random_model64):
+    return random_model64
 
 
 def garbage(shape, seed):
@@ -109,9 +107,8 @@ def test_component_in_a_bucket_equals_the_unpadded_model(component, model):
 
 
 @pytest.mark.parametrize("component", list(BUCKETS))
-def test_tvm_bucket_valid_prefix_ignores_garbage_and_matches(component, model, tmp_path, monkeypatch):
-    monkeypatch.setenv("KOKORO_TVM_CACHE", str(tmp_path))
-    runner = ComponentRunner(build(model, "random-weights", BuildSpec(component, BUCKETS[component], "float64")))
+def test_tvm_bucket_valid_prefix_ignores_garbage_and_matches(component, model, unit_cache):
+    runner = ComponentRunner(build(model, RANDOM_FINGERPRINT, BuildSpec(component, BUCKETS[component], "float64")))
     want, first = unpadded_and_padded(model, component, seed=2)
     _, second = unpadded_and_padded(model, component, seed=3)  # other garbage in every padded tail
     out_a = runner(*(x.numpy() for x in first))
@@ -123,7 +120,7 @@ def test_tvm_bucket_valid_prefix_ignores_garbage_and_matches(component, model, t
 
 
 def test_a_bucket_shorter_than_the_utterance_is_a_clear_error():
-    from kokoro_tvm.runtime import BucketTooSmallError, _bucket
+    from kokoro_tvm.runtime.kokoro import BucketTooSmallError, _bucket
 
     with pytest.raises(BucketTooSmallError, match="frame bucket 64 is shorter than the utterance"):
         _bucket(64, 65, "frame")

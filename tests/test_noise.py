@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from kokoro_tvm.noise import N_HARMONICS, GivenNoise, SeededNoise, SineNoise, ZeroNoise, noise_source
+from kokoro_tvm.reference.noise import N_HARMONICS, GivenNoise, SeededNoise, SineNoise, ZeroNoise, noise_source
 
 
 def test_seeded_noise_is_reproducible_and_streams_differ():

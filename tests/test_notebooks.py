@@ -1,11 +1,12 @@
-"""Notebook tier: structure rules for every notebook, and each one executed by papermill with FAST=True."""
+"""Notebooks: structure rules for every notebook (unit tier), and each one executed by papermill with FAST=True
+(the `notebooks` tier: it loads the real weights and builds components, minutes)."""
 
 import ast
 import json
 
 import pytest
 
-from kokoro_tvm.pipeline import PipelineError, declared_parameters, notebooks, run
+from kokoro_tvm.report.notebook_runner import PipelineError, declared_parameters, notebooks, run
 
 NOTEBOOKS = notebooks()
 MAX_CELL_LINES = 15
@@ -48,6 +49,7 @@ def fast_pipeline(tmp_path_factory):
     return outputs, executed
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_fast(path, fast_pipeline):
     outputs, executed = fast_pipeline
@@ -57,6 +59,7 @@ def test_notebook_runs_fast(path, fast_pipeline):
     assert metrics["versions"]["apache-tvm"] and "git_sha" in metrics
 
 
+@pytest.mark.notebooks
 def test_pipeline_writes_the_shared_report(fast_pipeline):
     outputs, _ = fast_pipeline
     summary = json.loads((outputs / "summary.json").read_text())
@@ -68,6 +71,7 @@ def test_pipeline_writes_the_shared_report(fast_pipeline):
     assert (outputs / "index.html").read_text().count("<section") == len(NOTEBOOKS)
 
 
+@pytest.mark.notebooks
 def test_report_renders_in_headless_chromium(fast_pipeline, chromium):
     outputs, _ = fast_pipeline
     summary = json.loads((outputs / "summary.json").read_text())

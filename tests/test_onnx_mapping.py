@@ -1,6 +1,6 @@
 import pytest
 
-from kokoro_tvm.onnx_int8 import module_path
+from kokoro_tvm.weights.onnx_int8 import module_path
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ STOI >= 0.99). See NOTES/compile.md for why audio SNR is not a float32 criterion
 
 import pytest
 
-from kokoro_tvm.parity import compare_text
+from kokoro_tvm.evaluation.parity import compare_text
 
 pytestmark = pytest.mark.real
 
@@ -61,9 +61,9 @@ def test_float64_build_is_exact_on_longer_sentences(text):
 
 
 def test_say_with_the_tvm_backend_is_intelligible(tmp_path):
-    from kokoro_tvm.asr import transcribe, words
-    from kokoro_tvm.audio_io import read_wav
     from kokoro_tvm.cli import main
+    from kokoro_tvm.evaluation.asr import transcribe, words
+    from kokoro_tvm.runtime.audio_io import read_wav
 
     out = tmp_path / "tvm.wav"
     assert main(["-q", "say", SENTENCE, "--backend", "tvm", "-o", str(out)]) == 0

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from kokoro_tvm.config import SAMPLES_PER_FRAME
-from kokoro_tvm.noise import GivenNoise, SeededNoise, SineNoise, ZeroNoise
-from kokoro_tvm.reference import run_stages, stock_forward
-from kokoro_tvm.text import prepare
+from kokoro_tvm.frontend.text import prepare
+from kokoro_tvm.reference.noise import GivenNoise, SeededNoise, SineNoise, ZeroNoise
+from kokoro_tvm.reference.pt_dynamic import run_stages, stock_forward
 
 pytestmark = pytest.mark.real
 

@@ -1,7 +1,7 @@
 import pytest
 
 from kokoro_tvm.config import MAX_PHONEMES, load_vocab
-from kokoro_tvm.text import (
+from kokoro_tvm.frontend.text import (
     EmptyTextError,
     UnknownSymbolError,
     prepare,

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from kokoro_tvm import onnx_int8
 from kokoro_tvm.paths import cache_dir
-from kokoro_tvm.weights import EMBEDDED_FINGERPRINT, embedded_state_dicts, fingerprint, kmodel_skeleton
+from kokoro_tvm.weights import onnx_int8
+from kokoro_tvm.weights.resolve import EMBEDDED_FINGERPRINT, embedded_state_dicts, fingerprint, kmodel_skeleton
 
 pytestmark = pytest.mark.real
 
@@ -105,7 +105,7 @@ def test_dead_weight_norm_channels_are_zero_not_nan(embedded):
 
 
 def test_corrupt_cache_is_detected_and_rebuilt(tmp_path, monkeypatch, caplog):
-    from kokoro_tvm import weights
+    from kokoro_tvm.weights import resolve as weights
 
     monkeypatch.setenv("KOKORO_TVM_CACHE", str(tmp_path))
     first_path, _ = weights.embedded_state_dicts()

@@ -1,0 +1,53 @@
+"""Compiled Kokoro, ready to run: where the compiler (builds, needs torch) meets the runtime (runs, needs
+neither torch nor the compiler). Neither stage imports the other; this module joins them for the callers
+above both: synthesis, the evaluation, the studies and the tests.
+
+- `check_device`: a device takes the dtype (a compiler fact) and exists here (a runtime fact), one clear error.
+- `compiled_kokoro`: a runtime.kokoro.TVMKokoro whose artifacts the compiler builds on demand.
+- `compile_and_load`: any Relax module -> a runtime.vm.VMRunner (our pipeline, or stock TVM's for the probes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kokoro_tvm.compiler.build import OnDemandBuilder
+from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
+from kokoro_tvm.compiler.targets import check_dtype, host_target, target_for
+from kokoro_tvm.runtime.devices import require_device
+from kokoro_tvm.runtime.kokoro import TVMKokoro
+from kokoro_tvm.runtime.vm import VMRunner
+
+
+def check_device(device: str, dtype: str) -> None:
+    """Before any weights load or build: `device` takes `dtype` and exists on this machine (one clear error)."""
+    check_dtype(dtype, device)
+    if device != "cpu":
+        require_device(device)
+
+
+def compiled_kokoro(
+    model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None, buckets=None, device="cpu"
+) -> TVMKokoro:
+    """A TVMKokoro whose components are built on demand from `model` (in `dtype`) for `device`; with a
+    kokoro_tvm.runtime.buckets.BucketSet, utterances run in its buckets, else at exact length. A missing
+    device or a dtype it lacks is reported before anything is built."""
+    check_device(device, dtype)
+    provider = OnDemandBuilder(model, weights_fingerprint, dtype, target or target_for(device))
+    return TVMKokoro(provider, dtype, buckets, device)
+
+
+def compile_and_load(
+    mod,
+    target: dict | None = None,
+    *,
+    stock: bool = False,
+    params: Sequence[np.ndarray] = (),
+    transform_params: str | None = None,
+) -> VMRunner:
+    """Build a Relax module for `target` (default: this CPU with our pipeline; `stock=True`: TVM's default
+    pipeline for generic LLVM, as the hazard probes need) and load it on the CPU as a numpy-callable runner."""
+    executable = compile_stock(mod, target) if stock else compile_relax(mod, target or host_target())
+    return VMRunner(executable, "cpu", params, transform_params)

@@ -1,0 +1,250 @@
+"""Build one component: export -> import -> Relax pipeline (kokoro_tvm.compiler.pipeline) -> library, cached.
+
+An artifact is one component at one static shape and dtype for one target: a shared library (the Relax VM
+executable, weights kept as parameters) plus a manifest. Parameters are stored once per (weights,
+component, dtype) as .npz and shared by every shape. The cache key covers the weights fingerprint,
+component, shape, dtype, the export/convert recipe version, the TVM version and the target; a manifest that
+does not match, or a file whose sha256 differs from its manifest, is rebuilt with a log line, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kokoro_tvm.artifacts import Artifact, ArtifactError, file_sha256, params_digest
+from kokoro_tvm.compiler.export import ComponentShape
+from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
+from kokoro_tvm.compiler.targets import DTYPES, check_dtype, host_target
+from kokoro_tvm.components import FRAME_COMPONENTS, TOKEN_COMPONENTS
+from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
+
+log = logging.getLogger(__name__)
+
+# Bump when export wrappers, patches, custom ops or converters change what a build computes.
+# recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
+# by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
+RECIPE_VERSION = "20-integer-powers"
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    component: str
+    length: int  # tokens T or frames F
+    dtype: str = "float32"
+    batch: int = 1
+
+    def __post_init__(self):
+        ComponentShape(self.component, self.length, self.batch)  # validates component and sizes
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+    @property
+    def shape(self) -> ComponentShape:
+        return ComponentShape(self.component, self.length, self.batch)
+
+
+def relax_module(model, spec: BuildSpec):
+    """Export `model`'s component at `spec` and import it into Relax, weight-only work lifted out of main.
+    Returns (module, exported program, {"export": s, "import": s})."""
+    from kokoro_tvm.compiler.converters import to_relax
+    from kokoro_tvm.compiler.export import export_component
+    from kokoro_tvm.reference.pt_dynamic import default_dtype
+
+    if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
+        raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
+    t0 = time.perf_counter()
+    exported = export_component(model, spec.shape)
+    t1 = time.perf_counter()
+    with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
+        mod = lift_weight_transforms(to_relax(exported, keep_params_as_input=True))
+    return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
+
+
+def _key(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
+    import tvm
+
+    return dict(
+        asdict(spec),
+        weights=weights_fingerprint,
+        recipe=RECIPE_VERSION,
+        tvm=tvm.__version__,
+        target=target,
+    )
+
+
+def _valid(folder: Path, fields: dict) -> Artifact | None:
+    """The cached artifact if its manifest matches `fields` and its files their recorded hashes, else None."""
+    if not (folder / "manifest.json").exists():
+        return None
+    try:
+        artifact = Artifact.open(folder)
+        if artifact.manifest.get("key") != fields:
+            raise ArtifactError(f"built for {artifact.manifest.get('key')}")
+        if not artifact.library.exists() or file_sha256(artifact.library) != artifact.manifest["library_sha256"]:
+            raise ArtifactError(f"{artifact.library} is missing or does not match its recorded sha256")
+        artifact.load_params()
+    except (ArtifactError, KeyError) as exc:
+        log.warning("rebuilding %s: %s", folder.name, exc)
+        return None
+    return artifact
+
+
+def _folder(spec: BuildSpec, fields: dict) -> Path:
+    return cache_dir() / "artifacts" / f"{spec.component}-{spec.dtype}-b{spec.batch}-n{spec.length}-{_key(fields)}"
+
+
+def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None) -> Artifact:
+    """The cached artifact for `spec`, building it if missing or invalid. `model` must be in spec.dtype.
+
+    Safe with several processes on one cache: the build holds the artifact's lock (a second process waits,
+    then finds it built), and every file is written under a temporary name and renamed into place, the
+    manifest last, so a reader never meets a half-written library."""
+    target = target or host_target()
+    fields = _key_fields(spec, weights_fingerprint, target)
+    folder = _folder(spec, fields)
+    if (folder / "manifest.json").exists():
+        cached = _valid(folder, fields)
+        if cached is not None:
+            return cached
+    with cache_lock(folder):
+        cached = _valid(folder, fields)  # built (or repaired) by another process while this one waited
+        if cached is not None:
+            return cached
+        library = folder / "component.so"
+        manifest = _build(model, spec, target, fields, library, _params_path(weights_fingerprint, spec))
+        tmp = temporary_sibling(folder / "manifest.json")
+        tmp.write_text(json.dumps(manifest, indent=1))
+        os.replace(tmp, folder / "manifest.json")
+    return Artifact.open(folder)
+
+
+def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
+    key = _key({"weights": weights_fingerprint, "component": spec.component, "dtype": spec.dtype})
+    return cache_dir() / "params" / f"{spec.component}-{spec.dtype}-{key}.npz"
+
+
+def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
+    import torch
+
+    check_dtype(spec.dtype, target["kind"])
+    log.info(
+        "building %s (%s, length %d, batch %d) for %s",
+        spec.component,
+        spec.dtype,
+        spec.length,
+        spec.batch,
+        target.get("mcpu", target["kind"]),
+    )
+    mod, exported, seconds = relax_module(model, spec)
+    t2 = time.perf_counter()
+    executable = compile_relax(mod, target)
+    library.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(library).with_suffix(".so")  # the linker picks the output kind by suffix
+    executable.export_library(str(tmp))
+    os.replace(tmp, library)
+    t3 = time.perf_counter()
+    seconds["compile"] = t3 - t2
+    names = list(exported.graph_signature.parameters)
+    named = dict(exported.named_parameters())
+    with torch.no_grad():
+        arrays = {name: named[name].detach().cpu().numpy() for name in names}
+    digest = params_digest(arrays, names)
+    _write_params(params, arrays, names, digest)
+    relax_lines = len(mod.script().splitlines())
+    log.info(
+        "built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines",
+        spec.component,
+        sum(seconds.values()),
+        seconds["export"],
+        seconds["import"],
+        seconds["compile"],
+        relax_lines,
+    )
+    return {
+        "key": fields,
+        "param_names": names,
+        "params_file": str(params),
+        "params_digest": digest,
+        "transform_params": TRANSFORM_PARAMS if TRANSFORM_PARAMS in {gv.name_hint for gv in mod.functions} else None,
+        "library_sha256": file_sha256(library),
+        "seconds": seconds,
+        "relax_lines": relax_lines,
+    }
+
+
+def _write_params(path: Path, arrays: dict[str, np.ndarray], names: list[str], digest: str) -> None:
+    """One parameter file per (weights, component, dtype), shared by every shape; rewritten if stale."""
+    probe = Artifact(path.with_suffix(".so"), path, {"param_names": names, "params_digest": digest})
+    if path.exists():
+        try:
+            probe.load_params()
+            return
+        except ArtifactError as exc:
+            log.warning("rewriting parameters: %s", exc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(path)
+    with open(tmp, "wb") as handle:  # a file object: np.savez would append .npz to a name
+        np.savez(handle, **arrays)
+    os.replace(tmp, path)
+
+
+class OnDemandBuilder:
+    """An artifact provider `(component, length) -> Artifact` for kokoro_tvm.runtime.kokoro.TVMKokoro: builds (or
+    finds in the cache) each shape on first use."""
+
+    def __init__(self, model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None):
+        self.model, self.weights_fingerprint, self.dtype = model, weights_fingerprint, dtype
+        self.target = target or host_target()
+
+    def __call__(self, component: str, length: int) -> Artifact:
+        return build(self.model, self.weights_fingerprint, BuildSpec(component, length, self.dtype), self.target)
+
+
+def bucket_specs(buckets, dtype: str = "float32") -> list[BuildSpec]:
+    """Every (component, length) a bucket set needs, token axis first, smallest first."""
+    return [BuildSpec(c, n, dtype) for n in buckets.tokens for c in TOKEN_COMPONENTS] + [
+        BuildSpec(c, n, dtype) for n in buckets.frames for c in FRAME_COMPONENTS
+    ]
+
+
+def precompile(model, weights_fingerprint: str, buckets, dtype: str = "float32", progress: bool = True) -> list[dict]:
+    """Build (or find in the cache) every artifact of a bucket set, with a progress bar; one record per
+    artifact: component, length, cached or built, seconds, library bytes, its folder in the cache."""
+    from tqdm.auto import tqdm
+
+    target = host_target()
+    records = []
+    specs = bucket_specs(buckets, dtype)
+    bar = tqdm(specs, desc=f"compile {buckets.name}", unit="artifact", disable=not progress)
+    for spec in bar:
+        bar.set_postfix_str(f"{spec.component} {spec.length}")
+        start = time.perf_counter()
+        manifest = _folder(spec, _key_fields(spec, weights_fingerprint, target)) / "manifest.json"
+        before = manifest.stat().st_mtime_ns if manifest.exists() else None
+        artifact = build(model, weights_fingerprint, spec, target)
+        cached = before is not None and manifest.stat().st_mtime_ns == before  # build() rewrites what it builds
+        records.append(
+            {
+                "component": spec.component,
+                "length": spec.length,
+                "dtype": dtype,
+                "cached": cached,
+                "seconds": time.perf_counter() - start,
+                "build_seconds": sum(artifact.manifest["seconds"].values()),
+                "library_bytes": artifact.library.stat().st_size,
+                "folder": str(artifact.library.parent),
+            }
+        )
+    return records

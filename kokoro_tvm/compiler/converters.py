@@ -1,0 +1,222 @@
+"""torch.export -> Relax: one converter table, passed to `from_exported_program(custom_convert_map=...)`.
+
+Each key is the exact ATen overload name the importer looks up (`node.target.__name__`), each value a
+`(node, importer) -> relax.Var` function. `unsupported_ops` lists every gap before conversion starts.
+Which TVM 0.27 gaps still exist, with minimal reproductions, is in NOTES/tvm_gaps.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+from tvm import relax
+
+from kokoro_tvm.compiler.ops.lstm import ATEN_TARGET_NAME as MASKED_LSTM_TARGET
+from kokoro_tvm.compiler.ops.lstm_tir import emit_masked_lstm
+
+Converter = Callable[[torch.fx.Node, object], relax.Var]
+
+
+def _masked_lstm(node: torch.fx.Node, importer) -> relax.Var:
+    x, lengths, *weights = (importer.env[a] for a in node.args)
+    return emit_masked_lstm(importer.block_builder, x, lengths, weights)
+
+
+def _clamp(node: torch.fx.Node, importer) -> relax.Var:
+    """clamp(x, min=None|v, max=None|v) as maximum/minimum, so a missing bound is no bound.
+
+    The stock converter turns a missing bound into +-inf, and LegalizeOps then fails on integer tensors
+    ("Cannot convert infinity to BigInt"): upsample_linear1d's decomposition clamps int64 indices this way.
+    """
+    x = importer.env[node.args[0]]
+    lower = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+    upper = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+    dtype = x.ty.dtype
+    if lower is not None:
+        x = importer.block_builder.emit(relax.op.maximum(x, relax.const(lower, dtype)))
+    if upper is not None:
+        x = importer.block_builder.emit(relax.op.minimum(x, relax.const(upper, dtype)))
+    return x
+
+
+def _dtype_of(value) -> str:
+    return str(value.ty.dtype)
+
+
+def _matmul(node: torch.fx.Node, importer) -> relax.Var:
+    """mm / bmm / matmul in the inputs' dtype (TVM 0.27's converters force out_dtype="float32")."""
+    a, b = importer.retrieve_args(node)[:2]
+    return importer.block_builder.emit(relax.op.matmul(a, b, out_dtype=_dtype_of(a)))
+
+
+def _addmm(node: torch.fx.Node, importer) -> relax.Var:
+    """beta * bias + alpha * (x @ w) in the inputs' dtype."""
+    bias, x, w = importer.retrieve_args(node)[:3]
+    alpha, beta = node.kwargs.get("alpha", 1), node.kwargs.get("beta", 1)
+    dtype = _dtype_of(x)
+    emit = importer.block_builder.emit
+    product = emit(relax.op.matmul(x, w, out_dtype=dtype))
+    if alpha != 1:
+        product = emit(relax.op.multiply(product, relax.const(alpha, dtype)))
+    if beta == 0:
+        return product
+    if beta != 1:
+        bias = emit(relax.op.multiply(bias, relax.const(beta, dtype)))
+    return emit(relax.op.add(bias, product))
+
+
+def _linear(node: torch.fx.Node, importer) -> relax.Var:
+    args = importer.retrieve_args(node)
+    x, weight, bias = args[0], args[1], args[2] if len(args) > 2 else None
+    return importer.block_builder.emit(relax.op.linear(x, weight, bias, out_dtype=_dtype_of(x)))
+
+
+def _convolution(node: torch.fx.Node, importer) -> relax.Var:
+    """1-D convolution and transposed convolution (all Kokoro has) in the inputs' dtype."""
+    args = importer.retrieve_args(node)
+    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups = args[:9]
+    if len(x.ty.shape) != 3:
+        raise NotImplementedError(f"kokoro_tvm's convolution converter is 1-D only, got input {x.ty.shape}")
+    common = dict(strides=stride, padding=padding, dilation=dilation, groups=groups, out_dtype=_dtype_of(x))
+    if transposed:
+        out = relax.op.nn.conv1d_transpose(
+            x, weight, output_padding=output_padding, data_layout="NCW", kernel_layout="IOW", **common
+        )
+    else:
+        out = relax.op.nn.conv1d(x, weight, data_layout="NCW", kernel_layout="OIW", **common)
+    out = importer.block_builder.emit(out)
+    if bias is None:
+        return out
+    return importer.block_builder.emit(relax.op.add(out, relax.op.reshape(bias, (1, -1, 1))))
+
+
+def _normalize(importer, x, axes: list[int], eps: float) -> relax.Var:
+    """(x - mean) / sqrt(var + eps) over `axes` with plain Relax arithmetic, in x's dtype.
+
+    TVM 0.27 legalizes nn.layer_norm and nn.instance_norm for float32/float16 only; this form serves every
+    dtype, so the float64 verification build checks the very graph the float32 build runs.
+    """
+    emit = importer.block_builder.emit
+    dtype = _dtype_of(x)
+    mean = emit(relax.op.mean(x, axes, keepdims=True))
+    centered = emit(relax.op.subtract(x, mean))
+    variance = emit(relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True))
+    return emit(relax.op.multiply(centered, relax.op.rsqrt(relax.op.add(variance, relax.const(eps, dtype)))))
+
+
+def _affine(importer, x, weight, bias, shape) -> relax.Var:
+    emit = importer.block_builder.emit
+    if weight is not None:
+        x = emit(relax.op.multiply(x, relax.op.reshape(weight, shape)))
+    if bias is not None:
+        x = emit(relax.op.add(x, relax.op.reshape(bias, shape)))
+    return x
+
+
+def _native_layer_norm(node: torch.fx.Node, importer) -> relax.Var:
+    """native_layer_norm(x, normalized_shape, weight, bias, eps); the graph only reads output 0."""
+    x = importer.env[node.args[0]]
+    normalized = tuple(node.args[1])
+    weight, bias = (importer.env.get(a) if a is not None else None for a in node.args[2:4])
+    axes = list(range(-len(normalized), 0))
+    return _affine(importer, _normalize(importer, x, axes, node.args[4]), weight, bias, normalized)
+
+
+def _instance_norm(node: torch.fx.Node, importer) -> relax.Var:
+    """_native_batch_norm_legit.no_stats(x [1, B*C, ...], weight, bias, training, momentum, eps): InstanceNorm
+    as torch decomposes it; statistics over every axis but the channel axis 1."""
+    x = importer.env[node.args[0]]
+    weight, bias = (importer.env.get(a) if a is not None else None for a in node.args[1:3])
+    eps = node.args[5] if len(node.args) > 5 else node.kwargs.get("eps", 1e-5)
+    ndim = len(x.ty.shape)
+    normalized = _normalize(importer, x, [0, *range(2, ndim)], eps)
+    return _affine(importer, normalized, weight, bias, (1, -1) + (1,) * (ndim - 2))
+
+
+def _float_unary(op: Callable) -> Converter:
+    """sqrt / rsqrt in the dtype torch gave the result (node.meta["val"]): for an integer input torch promotes
+    to the default dtype, while TVM 0.27's converters always cast to float32."""
+
+    def convert(node: torch.fx.Node, importer) -> relax.Var:
+        x = importer.env[node.args[0]]
+        dtype = str(node.meta["val"].dtype).removeprefix("torch.")
+        if _dtype_of(x) != dtype:
+            x = importer.block_builder.emit(relax.op.astype(x, dtype))
+        return importer.block_builder.emit(op(x))
+
+    return convert
+
+
+def _div_mode(node: torch.fx.Node, importer) -> relax.Var:
+    """div(a, b, rounding_mode=None|'floor'|'trunc') with a Python scalar operand in the tensor's dtype.
+
+    TVM 0.27 makes a scalar divisor an int32 constant, which an int64 tensor (frame lengths) cannot divide.
+    """
+    a, b = importer.retrieve_args(node)[:2]
+    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
+    emit = importer.block_builder.emit
+    if not isinstance(b, relax.Expr):
+        b = relax.const(b, _dtype_of(a))
+    if not isinstance(a, relax.Expr):
+        a = relax.const(a, _dtype_of(b))
+    if mode == "floor":
+        return emit(relax.op.floor_divide(a, b))
+    quotient = emit(relax.op.divide(a, b))
+    if mode == "trunc":
+        return emit(relax.op.trunc(quotient))
+    if mode is None:
+        return quotient
+    raise NotImplementedError(f"div rounding_mode {mode!r}")
+
+
+CONVERTERS: dict[str, Converter] = {
+    "div.Tensor_mode": _div_mode,
+    "sqrt.default": _float_unary(relax.op.sqrt),
+    "rsqrt.default": _float_unary(relax.op.rsqrt),
+    "native_layer_norm.default": _native_layer_norm,
+    "_native_batch_norm_legit.no_stats": _instance_norm,
+    MASKED_LSTM_TARGET: _masked_lstm,
+    "clamp.default": _clamp,
+    "mm.default": _matmul,
+    "bmm.default": _matmul,
+    "matmul.default": _matmul,
+    "addmm.default": _addmm,
+    "linear.default": _linear,
+    "convolution.default": _convolution,
+}
+
+
+@functools.cache
+def _builtin_ops() -> frozenset[str]:
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    return frozenset(ExportedProgramImporter().create_convert_map())
+
+
+def graph_ops(exported_program: torch.export.ExportedProgram, decompose: bool = True) -> set[str]:
+    """Every call_function target name in the (decomposed, as the importer sees it) graph."""
+    ep = exported_program.run_decompositions() if decompose else exported_program
+    return {n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"}
+
+
+def unsupported_ops(
+    exported_program: torch.export.ExportedProgram, converters: dict[str, Converter] | None = None
+) -> list[str]:
+    """Ops that neither TVM's importer nor `converters` (default: our table) handle, sorted."""
+    table = CONVERTERS if converters is None else converters
+    return sorted(graph_ops(exported_program) - _builtin_ops() - set(table))
+
+
+def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False):
+    """Import with our converter table; fails first with the full list of unsupported ops, if any.
+    With keep_params_as_input the weights stay function parameters (after the user inputs)."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    missing = unsupported_ops(exported_program)
+    if missing:
+        raise NotImplementedError(f"no converter for {len(missing)} op(s): {', '.join(missing)}")
+    return from_exported_program(
+        exported_program, custom_convert_map=CONVERTERS, keep_params_as_input=keep_params_as_input
+    )

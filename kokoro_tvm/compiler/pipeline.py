@@ -1,0 +1,156 @@
+"""The one Relax pipeline, CPU and GPU, organised by phase; and the calls that turn a Relax module into a VM
+executable. With kokoro_tvm.compiler.build (which adds export, import and the artifact cache) the only place
+that calls TVM's build APIs.
+
+Phases, in order (each a list of passes; `phases(target)` returns them by name):
+
+1. rewrite   our Relax rewrites (kokoro_tvm.compiler.passes): polyphase ConvTranspose and aligned conv lengths
+             everywhere; on the CPU the vectorizable sine and integer powers, on a GPU the GPU LSTM kernel
+2. dispatch  the backend's library dispatch (sampling, sort/scan)
+3. legalize  Relax ops -> TIR, fused (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR)
+4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
+             dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU
+5. lower     the backend's dataflow lowering
+6. finalize  the backend's memory planning and VM lowering
+
+`dump_dir` (or the KOKORO_TVM_DUMP_IR variable) writes the module after each phase as TVMScript
+(`<NN>_<phase>.py`), for reading a build, never into a notebook.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from kokoro_tvm.compiler.targets import GPU_KINDS
+
+log = logging.getLogger(__name__)
+
+PHASES = ("rewrite", "dispatch", "legalize", "schedule", "lower", "finalize")
+DUMP_VARIABLE = "KOKORO_TVM_DUMP_IR"
+
+# The VM function that turns the stored parameters into the ones `main` takes (see lift_weight_transforms).
+TRANSFORM_PARAMS = "main_transform_params"
+
+# TVM 0.27's CUDA code generation writes a vectorized boolean (our masks' `where` in conv epilogues, which
+# dlight's GPU Matmul rule vectorizes 2-wide) as `float2 v = make_ushort2(...)`, which nvcc rejects: CUDA
+# builds lower vectorized loops to scalar ones (NOTES/metal.md). Metal's schedules do not vectorize there.
+CODEGEN_CONFIG = {"cuda": {"tirx.disable_vectorize": True}}
+
+
+def _target(target):
+    import tvm
+
+    return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+
+
+def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, list]]:
+    """[(phase, passes)] for `target` (a JSON dict or tvm.target.Target). For GPU targets `coverage` receives
+    how many functions each schedule rule took (kokoro_tvm.compiler.gpu_sources shows it)."""
+    from tvm import relax
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.compiler.passes import AlignConvLengths, IntegerPowers, PolyphaseConvTranspose, VectorizableSine
+
+    target = _target(target)
+    gpu = target.kind.name in GPU_KINDS
+    if gpu:
+        from kokoro_tvm.compiler.schedule import gpu as schedule
+
+        backend = relax.backend.gpu_generic.pipeline
+        rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), schedule.UseGPURecurrence]
+        counts = {} if coverage is None else coverage
+        rules = schedule.rules(counts)
+        count = [schedule.count_hand_written(counts)]
+        schedule.import_tensor_intrinsics()
+    else:
+        from kokoro_tvm.compiler.schedule import cpu as schedule
+
+        backend = relax.backend.cpu_generic.pipeline
+        rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
+        rules, count = schedule.rules(), []
+    legalize = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    return [
+        ("rewrite", rewrites),
+        ("dispatch", backend.library_dispatch_passes(target)),
+        ("legalize", legalize + count),
+        ("schedule", [dlight.ApplyDefaultSchedule(*rules)]),
+        ("lower", backend.dataflow_lower_passes(target)),
+        ("finalize", backend.finalize_passes(target)),
+    ]
+
+
+def _dump_dir(dump_dir) -> Path | None:
+    chosen = dump_dir or os.environ.get(DUMP_VARIABLE)
+    return Path(chosen) if chosen else None
+
+
+def relax_pipeline(target, coverage: dict[str, int] | None = None, dump_dir: str | Path | None = None):
+    """The whole pipeline for `target` as one module pass (what `tvm.compile(relax_pipeline=...)` takes)."""
+    import tvm
+
+    target = _target(target)
+    chosen = phases(target, coverage)
+    folder = _dump_dir(dump_dir)
+
+    @tvm.transform.module_pass(opt_level=0, name="KokoroPipeline")
+    def _pipeline(mod, _ctx):
+        with target:
+            for index, (name, passes) in enumerate(chosen, start=1):
+                mod = tvm.transform.Sequential(passes, name=name)(mod)
+                if folder is not None:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    path = folder / f"{index:02d}_{name}.py"
+                    path.write_text(mod.script())
+                    log.info("IR after %s: %s", name, path)
+        return mod
+
+    return _pipeline
+
+
+def lift_weight_transforms(mod):
+    """Move every computation that depends on weights alone (ALBERT's per-call `permute_dims` of each linear
+    weight, 12 times over for its one shared layer) out of `main` into TRANSFORM_PARAMS, which the runtime
+    calls once at load. Exact: the lifted ops are the same ops, run earlier."""
+    from tvm import relax
+
+    return relax.transform.LiftTransformParams()(mod)
+
+
+def lower(mod, target, coverage: dict | None = None, dump_dir: str | Path | None = None):
+    """The Relax module after our pipeline for `target`: every PrimFunc scheduled, not yet code-generated
+    (kokoro_tvm.compiler.gpu_sources inspects it: which kernels exist, their thread bindings)."""
+    return relax_pipeline(target, coverage, dump_dir)(mod)
+
+
+def compile_lowered(lowered, target):
+    """A module from `lower` -> VM executable (TVM's TIR pipeline and code generation only)."""
+    import tvm
+
+    target = _target(target)
+    config = CODEGEN_CONFIG.get(target.kind.name)
+    if not config:
+        return tvm.compile(lowered, target=target, relax_pipeline=None)
+    current = tvm.transform.PassContext.current()
+    with tvm.transform.PassContext(opt_level=current.opt_level, config=config):
+        return tvm.compile(lowered, target=target, relax_pipeline=None)
+
+
+def compile_relax(mod, target, dump_dir: str | Path | None = None):
+    """The Relax module -> VM executable with our pipeline."""
+    return compile_lowered(lower(mod, target, dump_dir=dump_dir), target)
+
+
+def compile_stock(mod, target=None):
+    """The Relax module -> VM executable with TVM's own default pipeline (generic LLVM unless `target`): how
+    stock TVM treats a graph, for the hazard probes and the studies that compare against it."""
+    import tvm
+
+    return tvm.compile(mod, target=_target(target or {"kind": "llvm"}))

@@ -1,0 +1,388 @@
+"""Shape-generic CPU schedules for the PrimFuncs Kokoro's Relax graphs legalize to (TVM 0.27 schedules none).
+
+Rules tried in order on every fused PrimFunc (dlight's `ApplyDefaultSchedule` drives them):
+
+- `Contraction`: one multiply-accumulate reduction (conv1d, conv-transpose, matmul) plus injective producers
+  and an epilogue. A register-blocked direct kernel: the output is tiled ROWS x COLS (rows = output
+  channels or matmul rows, cols = the contiguous output axis; 16 x 1 AVX-512 vector, or 8 x 2 where 16 weight
+  rows would share one L1 set), accumulated in a local tile the compiler keeps in registers over the whole
+  reduction, the epilogue (bias, masking, Snake, leaky ReLU...) applied to the tile while it is hot, and the
+  tiles spread over the cores.
+- `Elementwise`: injective functions inlined into one loop nest, parallel outside and vectorized inside.
+- `RowReduction`: sums over the innermost axis (norm statistics): vector partial sums per row, rows in parallel;
+  then dlight's CPU `Reduction`, and a last-resort `ParallelOuter` (parallel outermost loop of every block).
+
+No tuning: the same decisions for every shape, so every bucket builds in seconds. The conv tile assumes the
+contiguous output axis is a multiple of COLS; `kokoro_tvm.compiler.passes.AlignConvLengths` arranges that.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+from tvm.s_tir.dlight.base import ScheduleRule
+from tvm.s_tir.dlight.base.common_schedules import try_inline
+from tvm.s_tir.dlight.cpu import Reduction
+
+from kokoro_tvm.compiler.targets import CPUGeometry, cpu_geometry
+
+log = logging.getLogger(__name__)
+
+# Register tiles (rows x vectors of columns) for targets with 32 vector registers (AVX-512, NEON), 16
+# accumulators either way; targets with 16 registers (AVX2, SSE) get half as many rows. 16 x 1 measured faster
+# than 8 x 2 on every generator conv on AVX-512 (one whole-cache-line input load per reduction step;
+# NOTES/performance.md), but its 16 broadcast rows must not collide in L1: rows whose stride is a multiple of
+# (L1 sets x line) bytes (4 KiB here: 1024 input channels x k3, 512 x k2) all map to one cache set and ran at
+# half speed; those get 8 x 2. Vector width and cache geometry come from the target
+# (kokoro_tvm.compiler.targets.cpu_geometry).
+WIDE_TILE, NARROW_TILE = (16, 1), (8, 2)
+ROW_CHOICES = (16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)  # the largest divisor of the row extent
+
+
+def _tiles(geometry: CPUGeometry) -> tuple[tuple[int, int], tuple[int, int]]:
+    if geometry.vector_registers >= 32:
+        return WIDE_TILE, NARROW_TILE
+    return (WIDE_TILE[0] // 2, WIDE_TILE[1]), (NARROW_TILE[0] // 2, NARROW_TILE[1])
+
+
+def _extent(sch: s_tir.Schedule, loop) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext) if isinstance(ext, tirx.IntImm) else None
+
+
+def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
+    """out = out + a * b with a and b read from two different buffers."""
+    stmt = sch.get(block)
+    body = stmt.body
+    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Add):
+        return False
+    update = body.value.b if isinstance(body.value.a, tvm.ir.TensorLoad) else body.value.a
+    while isinstance(update, tirx.Cast):
+        update = update.value
+    if not isinstance(update, tirx.Mul):
+        return False
+    return len({r.source.name for r in stmt.reads} - {stmt.writes[0].source.name}) >= 2
+
+
+def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
+    inner = sch.get_loops(block)[-1]
+    ext = _extent(sch, inner)
+    if ext is None or ext < 2:
+        return
+    if ext <= lanes:
+        sch.vectorize(inner)
+    elif ext % lanes == 0:
+        sch.vectorize(sch.split(inner, [None, lanes])[1])
+
+
+def _elementwise_loops(sch: s_tir.Schedule, block, lanes: int) -> None:
+    """Parallel over all but the innermost loop (fused), vectorized innermost."""
+    loops = sch.get_loops(block)
+    if len(loops) > 1:
+        sch.parallel(sch.fuse(*loops[:-1]))
+        _vectorize_inner(sch, block, lanes)
+    elif loops:
+        ext = _extent(sch, loops[0])
+        if ext is not None and ext >= 4 * lanes and ext % lanes == 0:
+            outer, inner = sch.split(loops[0], [None, lanes])
+            sch.parallel(outer)
+            sch.vectorize(inner)
+
+
+def _buffer_name(sch: s_tir.Schedule, block) -> str:
+    return sch.get(block).writes[0].source.name
+
+
+def _loads(sch: s_tir.Schedule, name: str, blocks) -> int:
+    """How many times the bodies of `blocks` read buffer `name` (an expression used twice counts twice)."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\[")
+    return sum(len(pattern.findall(str(sch.get(b).body))) for b in blocks)
+
+
+def _inline_single_use(sch: s_tir.Schedule, blocks: list) -> list:
+    """Inline every block whose value is read exactly once (repeatedly, as inlining changes the counts);
+    return the rest. A value read twice (x + sin(x)^2, leaky ReLU) is kept: inlining it would evaluate its
+    whole expression tree again, and chains of such blocks grow exponentially."""
+    remaining = list(blocks)
+    changed = True
+    while changed:
+        changed = False
+        for info in list(remaining):
+            consumers = sch.get_consumers(info.block_rv)
+            if _loads(sch, _buffer_name(sch, info.block_rv), consumers) != 1:
+                continue
+            try:
+                sch.compute_inline(info.block_rv)
+            except s_tir.ScheduleError:
+                continue
+            remaining.remove(info)
+            changed = True
+    return remaining
+
+
+def _outputs(sch: s_tir.Schedule, block) -> int:
+    extent = 1
+    for loop in sch.get_loops(block):
+        extent *= _extent(sch, loop) or 1
+    return extent
+
+
+def _compute_at_tile(sch: s_tir.Schedule, blocks: list, loop, size: int, lanes: int) -> list:
+    """Compute each block (output-sized, read several times) per tile under `loop`, last producer first; smaller
+    ones (per-channel scales, masks) stay at the root, computed once. Returns the blocks left at the root."""
+    at_root = []
+    for info in reversed(blocks):
+        consumers = sch.get_consumers(info.block_rv)
+        if _outputs(sch, info.block_rv) < size or not all(_same_positions(sch, c, info.block_rv) for c in consumers):
+            at_root.append(info)  # per-channel values, or read at other positions (a shift, a transpose): a
+            continue  # per-tile copy would have to recompute a whole row or the whole buffer for every tile
+        try:
+            sch.compute_at(info.block_rv, loop, preserve_unit_loops=True)
+        except s_tir.ScheduleError:
+            at_root.append(info)  # e.g. a transpose: its loops do not follow the output's
+            continue
+        _vectorize_inner(sch, info.block_rv, lanes)
+    return at_root
+
+
+def _same_positions(sch: s_tir.Schedule, consumer, producer) -> bool:
+    """True if `consumer` computes exactly one output per output of `producer`, at the same position (it reads
+    producer[v...] with its own iteration variables, over the same non-unit extents). Then computing it per
+    tile of the producer covers every output; otherwise (a pad to a longer axis, a shift) it must run after."""
+    produced = sch.get(producer).writes[0].source.name
+    stmt, main = sch.get(consumer), sch.get(producer)
+    reads = [r for r in stmt.reads if r.source.name == produced]
+    if len(reads) != 1:
+        return False
+    variables = [iv.var for iv in stmt.iter_vars]
+    for rng in reads[0].region:
+        if not isinstance(rng.extent, tirx.IntImm) or int(rng.extent) != 1:
+            return False
+        if not (isinstance(rng.min, tirx.IntImm) and int(rng.min) == 0) and not any(
+            rng.min.same_as(v) for v in variables
+        ):
+            return False
+
+    def extents(block):
+        return [str(iv.dom.extent) for iv in block.iter_vars if iv.iter_type == 0 and str(iv.dom.extent) != "1"]
+
+    return extents(stmt) == extents(main)
+
+
+class _CPURule(ScheduleRule):
+    """A rule for LLVM targets on a normalizable PrimFunc; a primitive that refuses means "not this rule"."""
+
+    def apply(self, func, target, tunable):
+        if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+            return None
+        sch = s_tir.Schedule(func)
+        infos = normalize_prim_func(sch)
+        if infos is None:
+            return None
+        try:
+            return self.schedule(sch, infos, cpu_geometry(target))
+        except s_tir.ScheduleError:
+            log.debug("%s does not apply to %s", type(self).__name__, func.attrs.get("global_symbol"))
+            return None
+
+    def schedule(self, sch: s_tir.Schedule, infos: list, geometry: CPUGeometry) -> s_tir.Schedule | None:
+        raise NotImplementedError
+
+
+def _operands(sch: s_tir.Schedule, block, spatial: int) -> dict | None:
+    """For out[.., row, col] += A[..row..] * B[..col..]: the bytes of A (read along rows, broadcast) and of B
+    (read along columns, vector loads), and A's stride between consecutive rows. None if not that shape."""
+    stmt = sch.get(block)
+    row_var, col_var = stmt.iter_vars[spatial - 2].var, stmt.iter_vars[spatial - 1].var
+    written = stmt.writes[0].source.name
+    found = {}
+    for region in stmt.reads:
+        buffer = region.source
+        if buffer.name == written:
+            continue
+        text = [str(r.min) for r in region.region]
+        row_dims = [i for i, t in enumerate(text) if re.search(rf"\b{re.escape(row_var.name)}\b", t)]
+        col_dims = [i for i, t in enumerate(text) if re.search(rf"\b{re.escape(col_var.name)}\b", t)]
+        shape = [int(d) for d in buffer.shape] if all(isinstance(d, tirx.IntImm) for d in buffer.shape) else None
+        if shape is None:
+            return None
+        size = buffer.dtype.bits // 8
+        for d in shape:
+            size *= d
+        if row_dims and not col_dims:
+            stride = buffer.dtype.bits // 8
+            for d in shape[row_dims[-1] + 1 :]:
+                stride *= d
+            found["row"] = (size, stride)
+        elif col_dims and not row_dims:
+            found["col"] = (size, 0)
+    if set(found) != {"row", "col"}:
+        return None
+    return {"row_bytes": found["row"][0], "row_stride_bytes": found["row"][1], "col_bytes": found["col"][0]}
+
+
+def _set_collisions(stride_bytes: int, rows: int, geometry: CPUGeometry) -> int:
+    """The most of `rows` rows, `stride_bytes` apart, that share one L1 cache set."""
+    sets: dict[int, int] = {}
+    for r in range(rows):
+        index = (r * stride_bytes // geometry.cache_line) % geometry.l1_sets
+        sets[index] = sets.get(index, 0) + 1
+    return max(sets.values())
+
+
+class Contraction(_CPURule):
+    def schedule(self, sch, infos, geometry):
+        reductions = [b for b in infos if b.is_reduction()]
+        if len(reductions) != 1 or not _is_multiply_accumulate(sch, reductions[0].block_rv):
+            return None
+        main = reductions[0]
+        kinds = main.dom_kind()
+        if kinds.rstrip("R") != kinds.replace("R", "") or kinds.count("S") < 2:
+            return None  # spatial axes must come first; we need a row and a column axis
+        position = infos.index(main)
+        producers, consumers = infos[:position], infos[position + 1 :]
+        if any(not b.is_injective() for b in producers + consumers):
+            return None
+        loops = sch.get_loops(main.block_rv)
+        spatial, reduce = loops[: kinds.count("S")], loops[kinds.count("S") :]
+        *outer, row, col = spatial
+        dtype_bits = sch.get(main.block_rv).writes[0].source.dtype.bits
+        lanes = geometry.lanes(dtype_bits)
+        col_extent, row_extent = _extent(sch, col), _extent(sch, row)
+        if col_extent is None or row_extent is None:
+            return None
+        operands = _operands(sch, main.block_rv, len(spatial))
+        wide, narrow = _tiles(geometry)
+        max_rows, vectors = wide
+        if operands is not None and _set_collisions(operands["row_stride_bytes"], max_rows, geometry) > (
+            geometry.l1_ways // 2
+        ):
+            max_rows, vectors = narrow
+        cols = vectors * lanes
+        while cols > lanes and col_extent % cols:
+            cols //= 2
+        if col_extent % cols:
+            return None  # a ragged vector axis would scalarize the whole kernel
+        rows = next(r for r in ROW_CHOICES if row_extent % r == 0 and r <= max_rows)
+        # tile order: walk the rows of one column slab (the slab stays in cache, the row operand streams), unless
+        # the row operand (conv weights) is the larger one: then walk the columns of one row slab
+        rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
+
+        # epilogue: fold the injective chain after the reduction into its last block, including side inputs
+        # computed before the reduction (a residual, a mask) that only the epilogue reads
+        main_inputs = {r.source.name for r in sch.get(main.block_rv).reads}
+        side = [b for b in producers if sch.get(b.block_rv).writes[0].source.name not in main_inputs]
+        producers = [b for b in producers if b not in side]
+        # (inlined even when read twice: epilogues are a few cheap operations deep)
+        if try_inline(sch, side + consumers[:-1]):
+            return None
+        row_o, row_i = sch.split(row, [None, rows])
+        col_o, col_i = sch.split(col, [None, cols])
+        first, second = (row_o, col_o) if rows_outer else (col_o, row_o)
+        sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+        anchor = sch.fuse(*outer, first, second)  # one task per tile; neighbours share a slab
+        sch.parallel(anchor)
+        # decided before cache_write, which makes the main block write the accumulator instead of the buffer the
+        # epilogue reads (checked after it, every epilogue ran as its own pass over the whole output)
+        per_tile_epilogue = bool(consumers) and _same_positions(sch, consumers[-1].block_rv, main.block_rv)
+        accumulator = sch.cache_write(main.block_rv, 0, "local")
+        sch.reverse_compute_at(accumulator, anchor)
+        if per_tile_epilogue:
+            sch.reverse_compute_at(consumers[-1].block_rv, anchor)
+            _vectorize_inner(sch, consumers[-1].block_rv, lanes)
+            sch.compute_inline(accumulator)  # the epilogue reads the accumulator tile: no copy of it
+        else:
+            _vectorize_inner(sch, accumulator, lanes)
+            if consumers:  # its own pass over the finished reduction
+                _elementwise_loops(sch, consumers[-1].block_rv, lanes)
+        sch.unroll(row_i)
+        sch.vectorize(col_i)
+        init = sch.decompose_reduction(main.block_rv, reduce[0])
+        _vectorize_inner(sch, init, lanes)
+        for producer in producers:
+            _elementwise_loops(sch, producer.block_rv, lanes)
+        return sch
+
+
+class Elementwise(_CPURule):
+    def schedule(self, sch, infos, geometry):
+        if not all(b.is_injective() for b in infos):
+            return None
+        remaining = _inline_single_use(sch, infos[:-1])
+        last = infos[-1].block_rv
+        lanes = geometry.lanes(sch.get(last).writes[0].source.dtype.bits)
+        size = _outputs(sch, last)
+        loops = sch.get_loops(last)
+        inner = _extent(sch, loops[-1]) if loops else None
+        if len(loops) < 2 or inner is None or inner % lanes:
+            for block in remaining + [infos[-1]]:
+                _elementwise_loops(sch, block.block_rv, lanes)
+            return sch
+        sch.parallel(sch.fuse(*loops[:-1]))
+        chunk, vector = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(vector)
+        for block in _compute_at_tile(sch, remaining, chunk, size, lanes):
+            _elementwise_loops(sch, block.block_rv, lanes)
+        return sch
+
+
+class RowReduction(_CPURule):
+    """Sums (and other commutative reductions) over the innermost axis: norm statistics over a whole
+    utterance, up to 128 x 57,632 values. A scalar loop is one dependent add per element (latency-bound, ~9 GB/s
+    here); instead each row keeps `lanes` partial results in a vector register (rfactor), and the rows are spread
+    over the cores. Producers read once are inlined, so `sum(x * mask)` reads x once and writes nothing. The sum
+    is taken in a different order than a serial loop (lane by lane, then across lanes): a float32 rounding
+    difference, exact in float64 within its last bits; tests compare against torch with explicit tolerances."""
+
+    def schedule(self, sch, infos, geometry):
+        reductions = [b for b in infos if b.is_reduction()]
+        if not reductions or not all(b.is_reduction() or b.is_injective() for b in infos):
+            return None
+        if any(b.dom_kind().count("R") != 1 or not b.dom_kind().endswith("R") for b in reductions):
+            return None
+        remaining = _inline_single_use(sch, [b for b in infos[:-1] if not b.is_reduction()])
+        for info in reductions:
+            self._rows(sch, info.block_rv, geometry)
+        for info in remaining + ([] if infos[-1].is_reduction() else [infos[-1]]):
+            _elementwise_loops(sch, info.block_rv, geometry.lanes(sch.get(info.block_rv).writes[0].source.dtype.bits))
+        return sch
+
+    @staticmethod
+    def _rows(sch: s_tir.Schedule, block, geometry: CPUGeometry) -> None:
+        """Parallel over the rows; within a row, `lanes` partial results in one vector, then combined."""
+        lanes = geometry.lanes(sch.get(block).writes[0].source.dtype.bits)
+        *spatial, reduce = sch.get_loops(block)
+        extent = _extent(sch, reduce)
+        if not spatial or extent is None or extent % lanes or extent < 4 * lanes:
+            if spatial:  # short or ragged rows: a plain loop per row, the rows in parallel
+                sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+            return
+        partial = sch.rfactor(sch.split(reduce, [None, lanes])[1], factor_axis=len(spatial))
+        rows = sch.get_loops(block)[: len(spatial)]
+        row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+        sch.parallel(row)
+        sch.compute_at(partial, row)
+        *_, lane_axis, reduce_outer = sch.get_loops(partial)
+        sch.reorder(reduce_outer, lane_axis)
+        sch.vectorize(lane_axis)
+        init = sch.decompose_reduction(partial, reduce_outer)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.set_scope(partial, 0, "local")
+
+
+class ParallelOuter(_CPURule):
+    def schedule(self, sch, infos, geometry):
+        for block in infos:
+            loops = sch.get_loops(block.block_rv)
+            spatial = [loop for loop, kind in zip(loops, block.dom_kind(), strict=True) if kind == "S"]
+            if spatial and spatial == loops[: len(spatial)]:
+                sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+        return sch
+
+
+def rules() -> list[ScheduleRule]:
+    return [Contraction(), Elementwise(), RowReduction(), Reduction(), ParallelOuter()]

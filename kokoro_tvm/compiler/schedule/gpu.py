@@ -1,0 +1,106 @@
+"""GPU builds (Metal, CUDA) from the same Relax modules as the CPU build.
+
+The CPU build's Relax rewrites that change only how work is laid out (polyphase ConvTranspose, aligned conv
+lengths) are kept; `VectorizableSine` is not (it reduces the argument in float64, which Metal lacks; GPUs
+have a native vector `sin`). Every fused PrimFunc is then scheduled by dlight's GPU rules (Matmul, GEMV,
+Reduction, GeneralReduction, and Fallback, which binds any injective or leftover loop nest to threads), and
+our masked-LSTM recurrence, a serial loop the rules cannot schedule, is swapped for its hand-written GPU
+kernel (`kokoro_tvm.compiler.ops.lstm_gpu`), which is marked as already scheduled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import linecache
+import sys
+
+import tvm
+from tvm import tirx
+
+from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
+
+
+@tvm.transform.module_pass(opt_level=0, name="UseGPURecurrence")
+def UseGPURecurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 (TVM pass naming)
+    """Replace every CPU masked-LSTM recurrence kernel by the GPU kernel of the same shape."""
+    updates = {}
+    for gvar, func in mod.functions.items():
+        shape = recurrence_shape(func) if isinstance(func, tirx.PrimFunc) else None
+        if shape is not None:
+            updates[gvar] = gpu_recurrence_kernel(*shape)
+    if not updates:
+        return mod
+    mod = mod.clone()  # a pass leaves its input as it was
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
+    """`inspect.stack()` for TVMScript's parser: the same frames and current lines, read with linecache
+    instead of `inspect.getmodule` (which scans every loaded module per frame)."""
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        line = linecache.getline(filename, lineno)
+        frames.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name, [line] if line else None,
+                                        0 if line else None))  # fmt: skip
+        frame = frame.f_back
+    return frames
+
+
+@contextlib.contextmanager
+def fast_tvmscript_stack():
+    """Reversible: while active, `inspect.stack` is `_frames_without_source_lookup`. dlight's GPU Matmul rule
+    imports `tvm.s_tir.tensor_intrin`, 530 TVMScript functions, and the parser calls `inspect.stack()` for
+    each; with torch loaded (thousands of modules) that import took 115-190 s, once per process."""
+    original = inspect.stack
+    inspect.stack = _frames_without_source_lookup
+    try:
+        yield
+    finally:
+        inspect.stack = original
+
+
+HAND_WRITTEN = "masked LSTM (hand-written)"
+
+
+class CountingRule:
+    """A dlight rule that counts the functions it schedules into `counts[name]` (the GPU schedule coverage)."""
+
+    def __init__(self, rule, counts: dict[str, int]):
+        self.rule, self.counts, self.name = rule, counts, type(rule).__name__
+
+    def apply(self, func, target, tunable):
+        schedule = self.rule.apply(func, target, tunable)
+        if schedule is not None:
+            self.counts[self.name] = self.counts.get(self.name, 0) + 1
+        return schedule
+
+
+def rules(counts: dict[str, int] | None = None):
+    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them; with `counts`, each counts the
+    functions it schedules."""
+    from tvm.s_tir import dlight
+
+    chosen = [dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
+              dlight.gpu.Fallback()]  # fmt: skip
+    return chosen if counts is None else [CountingRule(rule, counts) for rule in chosen]
+
+
+def count_hand_written(counts: dict[str, int]):
+    @tvm.transform.module_pass(opt_level=0, name="CountHandWritten")
+    def _pass(mod, _ctx):
+        found = sum(isinstance(f, tirx.PrimFunc) and recurrence_shape(f) is not None for f in mod.functions.values())
+        if found:
+            counts[HAND_WRITTEN] = counts.get(HAND_WRITTEN, 0) + found
+        return mod
+
+    return _pass
+
+
+def import_tensor_intrinsics() -> None:
+    """Import `tvm.s_tir.tensor_intrin` once, quickly (dlight's GPU Matmul rule imports it inside a rule)."""
+    with fast_tvmscript_stack():
+        import tvm.s_tir.tensor_intrin  # noqa: F401

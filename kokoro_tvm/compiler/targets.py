@@ -1,0 +1,122 @@
+"""Build targets (TVM JSON-dict targets) and what the CPU schedules need to know about the target machine.
+
+- `host_target()`: LLVM for this CPU (LLVM's host detection names it).
+- `gpu_target(kind)`: Metal (arm64 macOS host) or CUDA (this CPU as the host).
+- `cpu_geometry(target)`: vector width, vector registers and L1 data-cache geometry of an LLVM target, read
+  from the target itself (its features, its `mtriple`, a small table by `mcpu` for the caches), so a build for
+  `-mcpu=haswell` (AVX2) or an aarch64 target is scheduled for that machine, not for the one that builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPES = ("float32", "float64")
+GPU_KINDS = ("metal", "cuda")
+
+
+def host_target() -> dict:
+    """LLVM for this CPU. `mcpu="native"` silently falls back to generic code with this wheel's LLVM, so the
+    CPU name comes from LLVM's host detection."""
+    from tvm.target import codegen
+
+    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+
+
+# Apple GPUs: 32-wide SIMD groups and up to 1024 threads per threadgroup (TVM's Metal defaults are 16 and 256).
+# The host code is arm64 macOS: the only place a Metal library can be exported and run.
+METAL_TARGET = {
+    "kind": "metal",
+    "max_threads_per_block": 1024,
+    "thread_warp_size": 32,
+    "host": {"kind": "llvm", "mtriple": "arm64-apple-macos"},
+}
+
+
+def gpu_target(kind: str) -> dict:
+    """The JSON-dict target for a GPU build: "metal" (arm64 macOS host) or "cuda" (this machine's CPU as the
+    host, so the library runs here when a CUDA device exists)."""
+    if kind == "metal":
+        return dict(METAL_TARGET)
+    if kind == "cuda":
+        return {"kind": "cuda", "arch": _cuda_arch(), "host": host_target()}
+    raise ValueError(f"GPU target must be 'metal' or 'cuda', got {kind!r}")
+
+
+def _cuda_arch() -> str:
+    """This machine's GPU architecture, or sm_80 (A100-class) where there is no CUDA device to ask."""
+    import tvm
+
+    device = tvm.cuda(0)
+    return f"sm_{device.compute_version.replace('.', '')}" if device.exist else "sm_80"
+
+
+def target_for(device: str) -> dict:
+    """The build target for a runtime device: this CPU, or a GPU target."""
+    return host_target() if device == "cpu" else gpu_target(device)
+
+
+def check_dtype(dtype: str, kind: str) -> None:
+    """Metal has no float64: a float64 (verification) build for Metal (target or device kind) is refused."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if kind == "metal" and dtype == "float64":
+        raise ValueError("Metal has no float64: the float64 verification build runs on the CPU (or CUDA)")
+
+
+@dataclass(frozen=True)
+class CPUGeometry:
+    """What the CPU schedules tile for: SIMD width, how many vector registers hold accumulators, L1 sets."""
+
+    vector_bits: int
+    vector_registers: int
+    l1_bytes: int = 32 * 1024
+    l1_ways: int = 8
+    cache_line: int = 64
+
+    @property
+    def l1_sets(self) -> int:
+        return self.l1_bytes // (self.l1_ways * self.cache_line)
+
+    def lanes(self, dtype_bits: int) -> int:
+        return max(1, self.vector_bits // dtype_bits)
+
+
+# L1 data caches that differ from the common 32 KiB, 8-way, 64-byte lines (vendor optimization manuals).
+_L1_BY_MCPU = {
+    **dict.fromkeys(
+        ("icelake-server", "icelake-client", "tigerlake", "sapphirerapids", "emeraldrapids", "alderlake",
+         "raptorlake", "meteorlake", "graniterapids"),
+        (48 * 1024, 12, 64),
+    ),  # fmt: skip
+    **dict.fromkeys(("znver5",), (48 * 1024, 12, 64)),
+    **dict.fromkeys(("neoverse-n1", "neoverse-n2", "neoverse-v1", "neoverse-v2"), (64 * 1024, 4, 64)),
+    **dict.fromkeys(("apple-m1", "apple-m2", "apple-m3", "apple-m4"), (128 * 1024, 8, 128)),
+}
+
+
+def _target_attr(target, name: str):
+    attrs = target.attrs if hasattr(target, "attrs") else target
+    value = attrs.get(name) if hasattr(attrs, "get") else None
+    return str(value) if value is not None else ""
+
+
+def cpu_geometry(target) -> CPUGeometry:
+    """The geometry of an LLVM target (a tvm.target.Target or its JSON dict). x86: AVX-512 (512-bit, 32
+    registers), AVX/AVX2 (256-bit, 16) or SSE (128-bit, 16) by the target's features; AArch64: NEON (128-bit, 32
+    registers; SVE is scheduled as 128-bit NEON)."""
+    import tvm
+    from tvm.target import codegen
+
+    if isinstance(target, dict):
+        target = tvm.target.Target(target)
+    mcpu, triple = _target_attr(target, "mcpu"), _target_attr(target, "mtriple")
+    l1 = _L1_BY_MCPU.get(mcpu, (32 * 1024, 8, 64))
+    if triple.startswith(("aarch64", "arm64")):
+        return CPUGeometry(128, 32, *l1)
+    with target:
+        if codegen.target_has_features(["avx512f"], target):
+            return CPUGeometry(512, 32, *l1)
+        if codegen.target_has_features(["avx"], target):
+            return CPUGeometry(256, 16, *l1)
+    return CPUGeometry(128, 16, *l1)

@@ -1,0 +1,170 @@
+"""The component registry: the five compiled pieces of Kokoro-82M and every fact about them, in one place.
+
+For each component: its name, the length axis it runs on (tokens T or aligned frames F), its inputs with
+their shapes written in terms of that length (F0 and N are 2F long, the SineGen noise 600F), its outputs,
+and the name of its torch wrapper in kokoro_tvm.compiler.export. Every stage reads it: export (wrappers,
+example inputs, symbolic dimensions), the artifact cache (valid names), bucket sets and the runtime (which
+axis), the studies, bench, the GPU builds and the notebooks. It sits below all of them (plain data, no torch,
+no TVM) because the runtime reads it too and must import neither the compiler nor torch.
+
+Batch B, T tokens, F aligned frames; every length input is int64 [B]:
+
+1. albert        input_ids [B, T], attention_mask [B, T]               -> d_en [B, 512, T]
+2. duration      d_en [B, 512, T], style [B, 128], token_lengths        -> duration_logits [B, T, 50], d [B, T, 640]
+3. f0n           en [B, 640, F], style [B, 128], frame_lengths          -> F0 [B, 2F], N [B, 2F]
+4. text_encoder  input_ids [B, T], token_lengths                        -> t_en [B, 512, T]
+5. decoder       asr [B, 512, F], F0 [B, 2F], N [B, 2F], style [B, 128], initial_phase [B, 9],
+                 additive_noise [B, 600 F, 9], frame_lengths            -> audio [B, 600 F]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kokoro_tvm.config import N_HARMONICS, SAMPLES_PER_FRAME, STYLE_DIM
+
+TOKENS, FRAMES = "tokens", "frames"  # the two length axes
+
+# What example values an input holds (kokoro_tvm.compiler.export.example_inputs draws them):
+# ids: token ids < 178; ones: an all-ones mask; lengths: every sample full; normal: N(0, 1);
+# f0: |N(0, 1)| * 200 (Hz-like); phase: U[0, 1).
+VALUE_KINDS = ("ids", "ones", "lengths", "normal", "f0", "phase")
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of a component. `shape` holds ints and at most one length term: "L" (the component's length)
+    or a multiple of it ("2L": F0 at twice the frame rate, "600L": one audio sample per 1/600 frame)."""
+
+    name: str
+    shape: tuple[str | int, ...]  # "B" is the batch
+    dtype: str  # "int64", or "float" for the build's float dtype (float32 / float64)
+    values: str  # one of VALUE_KINDS
+
+    @property
+    def length_axis(self) -> int | None:
+        """Which axis scales with the component's length (None: no such axis)."""
+        return next((i for i, d in enumerate(self.shape) if isinstance(d, str) and d.endswith("L")), None)
+
+    @property
+    def length_multiple(self) -> int | None:
+        """How many elements per unit of length along length_axis (1, 2 or 600), None without a length axis."""
+        axis = self.length_axis
+        return None if axis is None else int(self.shape[axis][:-1] or 1)
+
+    def concrete_shape(self, batch: int, length: int) -> tuple[int, ...]:
+        def size(d):
+            if d == "B":
+                return batch
+            if isinstance(d, str):
+                return int(d[:-1] or 1) * length
+            return d
+
+        return tuple(size(d) for d in self.shape)
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    axis: str  # TOKENS or FRAMES
+    inputs: tuple[Input, ...]
+    outputs: tuple[str, ...]
+    wrapper: str  # the torch.nn.Module class in kokoro_tvm.compiler.export
+    summary: str
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.inputs)
+
+
+def _ids(name):
+    return Input(name, ("B", "L"), "int64", "ids")
+
+
+def _lengths(name):
+    return Input(name, ("B",), "int64", "lengths")
+
+
+_STYLE = Input("style", ("B", STYLE_DIM), "float", "normal")
+
+REGISTRY: dict[str, Component] = {
+    c.name: c
+    for c in (
+        Component(
+            "albert",
+            TOKENS,
+            (_ids("input_ids"), Input("attention_mask", ("B", "L"), "int64", "ones")),
+            ("d_en",),
+            "AlbertComponent",
+            "ALBERT + bert_encoder",
+        ),
+        Component(
+            "duration",
+            TOKENS,
+            (Input("d_en", ("B", 512, "L"), "float", "normal"), _STYLE, _lengths("token_lengths")),
+            ("duration_logits", "d"),
+            "DurationComponent",
+            "DurationEncoder + LSTM + duration projection",
+        ),
+        Component(
+            "f0n",
+            FRAMES,
+            (Input("en", ("B", 640, "L"), "float", "normal"), _STYLE, _lengths("frame_lengths")),
+            ("F0", "N"),
+            "F0NComponent",
+            "F0 and N predictors (x2 upsampling inside)",
+        ),
+        Component(
+            "text_encoder",
+            TOKENS,
+            (_ids("input_ids"), _lengths("token_lengths")),
+            ("t_en",),
+            "TextEncoderComponent",
+            "text encoder (CNN + LSTM)",
+        ),
+        Component(
+            "decoder",
+            FRAMES,
+            (
+                Input("asr", ("B", 512, "L"), "float", "normal"),
+                Input("F0", ("B", "2L"), "float", "f0"),
+                Input("N", ("B", "2L"), "float", "normal"),
+                _STYLE,
+                Input("initial_phase", ("B", N_HARMONICS), "float", "phase"),
+                Input("additive_noise", ("B", f"{SAMPLES_PER_FRAME}L", N_HARMONICS), "float", "normal"),
+                _lengths("frame_lengths"),
+            ),
+            ("audio",),
+            "DecoderComponent",
+            "iSTFTNet decoder with explicit SineGen noise",
+        ),
+    )
+}
+
+NAMES: tuple[str, ...] = tuple(REGISTRY)  # pipeline order
+
+
+class UnknownComponentError(ValueError):
+    pass
+
+
+def component(name: str) -> Component:
+    if name not in REGISTRY:
+        raise UnknownComponentError(f"unknown component {name!r}; choose from {', '.join(NAMES)}")
+    return REGISTRY[name]
+
+
+def on_axis(axis: str) -> tuple[str, ...]:
+    """The components that run on `axis` (TOKENS or FRAMES), in pipeline order."""
+    if axis not in (TOKENS, FRAMES):
+        raise ValueError(f"axis must be {TOKENS!r} or {FRAMES!r}, got {axis!r}")
+    return tuple(c.name for c in REGISTRY.values() if c.axis == axis)
+
+
+def lengths_for(names, tokens: int, frames: int) -> dict[str, int]:
+    """{component: its length} for the given token and frame counts."""
+    return {name: tokens if component(name).axis == TOKENS else frames for name in names}
+
+
+TOKEN_COMPONENTS = on_axis(TOKENS)
+FRAME_COMPONENTS = on_axis(FRAMES)

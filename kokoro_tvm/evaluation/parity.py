@@ -1,0 +1,91 @@
+"""TVM against pt.dynamic on one utterance, at one precision, with identical explicit noise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kokoro_tvm.evaluation import metrics
+from kokoro_tvm.frontend.text import TextError, prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.reference.noise import SeededNoise
+from kokoro_tvm.reference.stages import COMPARED_STAGES, Stages
+
+PRECISIONS = {"fp32": "float32", "fp64": "float64"}
+TOKEN_BUCKET_STEP = 16
+# Stages computed before the alignment: comparable even when the durations differ.
+ENCODER_STAGES = ("d_en", "d", "duration_logits", "t_en")
+
+
+def stage_errors(reference: Stages, other: Stages) -> dict[str, float]:
+    """Relative L2 per stage; stages after the alignment only when the durations agree."""
+    same = np.array_equal(reference.durations, other.durations)
+    names = COMPARED_STAGES if same else ENCODER_STAGES
+    return {name: metrics.rel_l2(getattr(reference, name), getattr(other, name)) for name in names}
+
+
+def audio_metrics(reference: np.ndarray, other: np.ndarray) -> dict[str, float | None]:
+    if reference.shape != other.shape:
+        return {"audio_snr_db": None, "audio_pesq_wb": None, "audio_stoi": None}
+    return {
+        "audio_snr_db": metrics.json_number(metrics.snr_db(reference, other)),
+        "audio_pesq_wb": metrics.pesq_wb(reference, other),
+        "audio_stoi": metrics.stoi(reference, other),
+    }
+
+
+def token_bucket_for(n_tokens: int) -> int:
+    """Token-axis bucket used with a frame bucket: the next multiple of 16 (ALBERT's limit is 512)."""
+    return min(-(-n_tokens // TOKEN_BUCKET_STEP) * TOKEN_BUCKET_STEP, 512)
+
+
+def compare_text(
+    text: str,
+    voice: str = DEFAULT_VOICE,
+    precision: str = "fp32",
+    seed: int = 0,
+    weights=None,
+    speed: float = 1.0,
+    bucket: int | None = None,
+    device: str = "cpu",
+) -> dict:
+    """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision`.
+    `bucket`: pad the aligned-frame axis to that many frames (and the token axis to token_bucket_for(T));
+    None: exact shapes."""
+    import torch
+
+    from kokoro_tvm.compiled import check_device, compiled_kokoro
+    from kokoro_tvm.reference.pt_dynamic import run_stages
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    check_device(device, PRECISIONS[precision])  # before any text, weights or build work
+    chunks = prepare(text=text)
+    if len(chunks) != 1:
+        raise TextError(f"compare takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
+    chunk, pack = chunks[0], load_voice(voice)
+    style = pack.style(len(chunk.phonemes))
+    dtype = PRECISIONS[precision]
+    model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
+    noise = SeededNoise(seed)
+    reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
+    token_bucket = token_bucket_for(len(chunk.padded_ids)) if bucket is not None else None
+    compiled = compiled_kokoro(model, info.fingerprint, dtype, device=device).run_stages(
+        chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket
+    )
+    return {
+        "text": text,
+        "voice": pack.name,
+        "precision": precision,
+        "device": device,
+        "tokens": int(reference.token_ids.shape[0]),
+        "frames": reference.n_frames,
+        "bucket": bucket,
+        "token_bucket": token_bucket,
+        "durations_equal": bool(np.array_equal(reference.durations, compiled.durations)),
+        "stages": stage_errors(reference, compiled),
+        **audio_metrics(reference.audio, compiled.audio),
+        "noise": noise.description,
+        "weights": info.source,
+        "weights_fingerprint": info.fingerprint,
+    }

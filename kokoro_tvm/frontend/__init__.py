@@ -1,0 +1,1 @@
+"""Text and voices: text -> phonemes -> token ids (long text in chunks), and the voice style tables."""

@@ -1,0 +1,51 @@
+"""Devices the runtime can run on, whether this machine has them, and how many CPU threads TVM uses."""
+
+from __future__ import annotations
+
+import os
+
+DEVICES = ("cpu", "metal", "cuda")
+_WHERE = {
+    "metal": "Metal runs need macOS on an Apple GPU; here, `kokoro-tvm gpu-build --target metal` generates and "
+    "checks the Metal sources",
+    "cuda": "CUDA runs need an NVIDIA GPU and its driver; `kokoro-tvm gpu-build --target cuda` generates and "
+    "compiles the sources without one",
+}
+
+
+class DeviceUnavailableError(ValueError):
+    """The requested device does not exist on this machine."""
+
+
+def device_exists(name: str) -> bool:
+    """Whether TVM sees device `name` (index 0) on this machine."""
+    import tvm
+
+    try:
+        return bool(tvm.device(name, 0).exist)
+    except Exception:  # a TVM runtime built without that device's support
+        return False
+
+
+def require_device(name: str) -> None:
+    """Raise DeviceUnavailableError (one clear line) unless device `name` exists here."""
+    if name not in DEVICES:
+        raise DeviceUnavailableError(f"unknown device {name!r}; choose from {', '.join(DEVICES)}")
+    if not device_exists(name):
+        raise DeviceUnavailableError(f"no {name} device on this machine: {_WHERE.get(name, '')}")
+
+
+def use_every_cpu() -> None:
+    """TVM's thread pool defaults to half the logical CPUs on x86 (it assumes hyper-threads): one thread on a
+    2-vCPU machine, which made every compiled component ~1.7x slower outside `kokoro-tvm bench` (which sets
+    the count). Unless TVM_NUM_THREADS is set, use every CPU this process may run on; TVM reads it once, when
+    its pool starts (the first parallel kernel)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("TVM_NUM_THREADS", str(cpus))
+
+
+def gpu_devices() -> list[dict]:
+    """Which GPU devices this machine has, as TVM sees them (notebook 06's 'what ran where' table)."""
+    import sys
+
+    return [{"device": kind, "exists": device_exists(kind), "platform": sys.platform} for kind in ("metal", "cuda")]

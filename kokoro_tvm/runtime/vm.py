@@ -1,0 +1,67 @@
+"""The Relax VM with numpy in and numpy out: the one place that runs compiled code. Never imports torch.
+
+- `VMRunner`: an executable (fresh from the compiler) or a loaded library, on one device, with optional
+  parameters appended to every call (after a one-off weight transform, if the build lifted one).
+- `ComponentRunner`: a VMRunner for one cached artifact (kokoro_tvm.artifacts): library and parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kokoro_tvm.artifacts import Artifact, ArtifactError
+from kokoro_tvm.runtime.devices import use_every_cpu
+
+
+class VMRunner:
+    """Call it with numpy inputs, get a tuple of numpy outputs (one per output of `function`)."""
+
+    def __init__(
+        self,
+        executable,
+        device: str = "cpu",
+        params: Sequence[np.ndarray] = (),
+        transform_params: str | None = None,
+        function: str = "main",
+    ):
+        import tvm
+
+        use_every_cpu()
+        self.device = tvm.device(device, 0)
+        self.function = function
+        self.vm = tvm.relax.VirtualMachine(executable, self.device)
+        self._tensor = tvm.runtime.tensor
+        self.params = [self._tensor(np.ascontiguousarray(p), device=self.device) for p in params]
+        if transform_params:  # weight-only work lifted out of main at build time: done once, here
+            lifted = self.vm[transform_params](self.params)
+            self.params = [lifted[i] for i in range(len(lifted))]
+
+    def device_inputs(self, *inputs: np.ndarray) -> list:
+        """`inputs` copied to the device once (for timing the VM alone: `run_on_device`)."""
+        return [self._tensor(np.ascontiguousarray(x), device=self.device) for x in inputs]
+
+    def run_on_device(self, *tensors):
+        """One call on inputs already on the device; the VM's own result (no copy back)."""
+        return self.vm[self.function](*tensors, *self.params)
+
+    def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        out = self.run_on_device(*self.device_inputs(*inputs))
+        if hasattr(out, "numpy"):
+            return (out.numpy(),)
+        return tuple(out[i].numpy() for i in range(len(out)))
+
+
+class ComponentRunner(VMRunner):
+    """One loaded artifact: its library on `device`, its parameters appended to every call."""
+
+    def __init__(self, artifact: Artifact, device: str = "cpu"):
+        import tvm
+
+        self.artifact = artifact
+        try:
+            library = tvm.runtime.load_module(str(artifact.library))
+        except Exception as exc:  # TVM raises its own error types for unreadable libraries
+            raise ArtifactError(f"cannot load compiled library {artifact.library}: {exc}") from exc
+        super().__init__(library, device, artifact.load_params(), artifact.manifest.get("transform_params"))

@@ -1,0 +1,129 @@
+"""Backends side by side on one sentence set, every metric against pt.dynamic (notebook 07). Needs torch.
+
+Backends (all fp32, the resolved weights, one voice):
+- pt_dynamic: kokoro_tvm.reference.pt_dynamic.run_stages with explicit seeded SineGen noise: the reference.
+- torch_stock: stock `KModel.forward_with_tokens`, SineGen noise from torch's RNG: the natural floor of
+  run-to-run difference (what two PyTorch runs of the same sentence differ by).
+- tvm_exact / tvm_bucketed: the compiled model at exact lengths / in the default bucket set, given the same
+  noise as pt_dynamic.
+- ort_int8: ONNX Runtime on the embedded int8 export (its own noise; int8 arithmetic).
+
+Reference-based metrics need the same length, i.e. the same durations; where a backend's audio length differs
+from the reference's, those metrics are None and the length difference is reported. Intelligibility (WER of
+pocketsphinx's transcript against the text) is computed for every backend, the reference included.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.evaluation.metrics import audio_metrics, word_error_rate
+
+log = logging.getLogger(__name__)
+
+REFERENCE = "pt_dynamic"
+BACKENDS = (REFERENCE, "torch_stock", "tvm_exact", "tvm_bucketed", "ort_int8")
+
+
+def pick_sentences(sentences: list[str], n: int) -> list[str]:
+    """`n` sentences spread evenly over the corpus's range of lengths (shortest to longest, by characters)."""
+    ordered = sorted(sentences, key=len)
+    if n >= len(ordered):
+        return ordered
+    return [ordered[round(i)] for i in np.linspace(0, len(ordered) - 1, n)]
+
+
+class Speakers:
+    """Each backend as `speak(sentence) -> float32 audio`, built once."""
+
+    def __init__(self, voice: str, seed: int, threads: int | None = None):
+        import torch
+
+        from kokoro_tvm.compiled import compiled_kokoro
+        from kokoro_tvm.frontend.voices import load_voice
+        from kokoro_tvm.reference.noise import SeededNoise
+        from kokoro_tvm.runtime.buckets import CANDIDATES, DEFAULT_SET
+        from kokoro_tvm.studies.ort_int8 import OrtInt8
+        from kokoro_tvm.weights.resolve import load_kmodel
+
+        self.model, self.weights = load_kmodel()
+        self.pack, self.noise, self.seed = load_voice(voice), SeededNoise(seed), seed
+        self.tvm_exact = compiled_kokoro(self.model, self.weights.fingerprint)
+        self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=CANDIDATES[DEFAULT_SET])
+        self.ort = OrtInt8(threads)
+        self._torch = torch
+
+    def speak(self, backend: str, sentence: str) -> np.ndarray:
+        from kokoro_tvm.frontend.text import prepare
+        from kokoro_tvm.reference.pt_dynamic import run_stages, stock_forward
+
+        (chunk,) = prepare(text=sentence)  # one utterance per sentence (the corpus is checked for it)
+        style = self.pack.style(len(chunk.phonemes))
+        if backend == REFERENCE:
+            audio = run_stages(self.model, chunk.padded_ids, style, noise=self.noise).audio
+        elif backend == "torch_stock":
+            self._torch.manual_seed(self.seed + 1)  # a different draw than the reference, but reproducible
+            audio, _ = stock_forward(self.model, chunk.padded_ids, style)
+        elif backend in ("tvm_exact", "tvm_bucketed"):
+            audio = getattr(self, backend).run_stages(chunk.padded_ids, style, noise=self.noise).audio
+        elif backend == "ort_int8":
+            audio = self.ort.speak(chunk.padded_ids, style)
+        else:
+            raise ValueError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+        return np.asarray(audio, dtype=np.float32).reshape(-1)
+
+
+def compare_backends(speakers: Speakers, sentences: list[str], backends=BACKENDS, exact_limit: int | None = None):
+    """(rows, audio): one row per (sentence, backend) with every metric against the reference, and the audio
+    as {sentence index: {backend: array}}. `exact_limit`: tvm_exact only for the first N sentences (one build
+    per distinct length)."""
+    rows, audio = [], {}
+    for index, sentence in enumerate(sentences):
+        audio[index] = {}
+        for backend in backends:
+            if backend == "tvm_exact" and exact_limit is not None and index >= exact_limit:
+                continue
+            start = time.perf_counter()
+            audio[index][backend] = speakers.speak(backend, sentence)
+            log.info("%s: sentence %d in %.1f s", backend, index, time.perf_counter() - start)
+        reference = audio[index][REFERENCE]
+        for backend, waveform in audio[index].items():
+            wer, transcript = word_error_rate(sentence, waveform)
+            row = {"sentence": index, "backend": backend, "seconds": len(waveform) / SAMPLE_RATE}
+            row.update(wer=wer, transcript=transcript, samples_vs_reference=len(waveform) - len(reference))
+            if backend != REFERENCE:
+                same_length = len(waveform) == len(reference)
+                row.update(audio_metrics(reference, waveform) if same_length else {})
+            rows.append(row)
+    return rows, audio
+
+
+SUMMARY_METRICS = (
+    "snr_db",
+    "correlation",
+    "log_mel_l1",
+    "mcd_db",
+    "f0_rmse_cents",
+    "voicing_agreement",
+    "pesq_wb",
+    "stoi",
+    "wer",
+)
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per backend: the median of each metric over the sentences where it was computable, and how many."""
+    table = []
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        mine = [r for r in rows if r["backend"] == backend]
+        entry = {"backend": backend, "sentences": len(mine)}
+        entry["same_length"] = sum(r["samples_vs_reference"] == 0 for r in mine)
+        for metric in SUMMARY_METRICS:
+            values = [r[metric] for r in mine if r.get(metric) is not None and np.isfinite(r[metric])]
+            entry[metric] = float(np.median(values)) if values else None
+        table.append(entry)
+    return table

@@ -1,0 +1,161 @@
+"""The package layout holds: imports point down the stages, and the component registry is the one place that
+lists components. An AST scan of every module (imports inside functions count too). Unit tier, no imports run."""
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kokoro_tvm.components import NAMES
+
+PACKAGE = Path(__file__).resolve().parents[1] / "kokoro_tvm"
+NOTEBOOKS = PACKAGE.parent / "notebooks"
+BASE = {"config", "paths", "components", "artifacts", "_packages", "__init__"}  # below every stage
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, at any depth of the file (absolute names)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.level == 0, f"{path}: relative import"
+            found.add(node.module)
+            # `from kokoro_tvm.x import y` may import the submodule kokoro_tvm.x.y
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+GRAPH = {name: {m for m in _imports(path) if m in MODULES or not m.startswith("kokoro_tvm")}
+         for name, path in MODULES.items()}  # fmt: skip
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "package"
+    return "base" if parts[1] in BASE else parts[1]
+
+
+def _closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        for dep in GRAPH.get(todo.pop(), ()):
+            if dep not in seen:
+                seen.add(dep)
+                if dep in GRAPH:
+                    todo.append(dep)
+    return seen
+
+
+def _of(stage: str) -> list[str]:
+    return sorted(m for m in MODULES if _stage(m) == stage)
+
+
+# stage -> the stages it may never import (directly or through another module)
+FORBIDDEN = {
+    "base": {"frontend", "weights", "reference", "compiler", "runtime", "evaluation", "studies", "report", "compiled",
+             "synthesis", "cli"},
+    "frontend": {"compiler", "runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
+    "weights": {"compiler", "runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
+    "reference": {"compiler", "runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
+    "compiler": {"runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
+    "runtime": {"compiler", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
+    "compiled": {"evaluation", "studies", "report", "synthesis", "cli"},
+    "evaluation": {"studies", "report", "synthesis", "cli"},
+    "synthesis": {"studies", "report", "cli"},
+    "studies": {"report", "cli"},
+    "report": {"studies", "cli"},
+}  # fmt: skip
+
+
+def test_every_module_has_a_stage():
+    stages = {_stage(m) for m in MODULES}
+    assert stages <= set(FORBIDDEN) | {"package", "cli"}, stages - set(FORBIDDEN)
+    assert len(MODULES) > 30  # the scan found the package
+
+
+@pytest.mark.parametrize("stage", sorted(FORBIDDEN))
+def test_imports_point_down_the_stages(stage):
+    wrong = [
+        f"{module} -> {dep}"
+        for module in _of(stage)
+        for dep in sorted(_closure(module))
+        if dep in MODULES and _stage(dep) in FORBIDDEN[stage]
+    ]
+    assert not wrong, wrong
+
+
+def test_runtime_never_reaches_torch_or_kokoro():
+    """The runtime runs on a machine with only TVM's runtime and numpy: nothing it imports may need torch."""
+    wrong = [
+        f"{module} -> {dep}"
+        for module in _of("runtime")
+        for dep in sorted(_closure(module))
+        if dep.split(".")[0] in ("torch", "kokoro", "misaki")
+    ]
+    assert not wrong, wrong
+
+
+def _literal_name_lists(tree: ast.AST) -> list[tuple[int, list[str]]]:
+    """(line, names) of every tuple/list/set literal of two or more component names and nothing else."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            names = [e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in NAMES]
+            if len(names) >= 2 and len(names) == len(node.elts):
+                found.append((node.lineno, names))
+    return found
+
+
+def test_the_registry_is_the_only_list_of_components():
+    """Component names appear elsewhere only one at a time (calls, prose), never as a list of several: which
+    components exist and which axis each runs on is written once, in kokoro_tvm/components.py."""
+    wrong = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} {names}"
+        for name, path in MODULES.items()
+        if name != "kokoro_tvm.components"
+        for line, names in _literal_name_lists(ast.parse(path.read_text()))
+    ]
+    for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for index, cell in enumerate(json.loads(notebook.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                source = "".join(cell["source"])
+                tree = ast.parse(re.sub(r"^[!%].*$", "", source, flags=re.M))
+                wrong += [f"{notebook.name} cell {index}:{line} {names}" for line, names in _literal_name_lists(tree)]
+    assert not wrong, wrong
+
+
+def test_no_module_is_named_after_a_builtin():
+    import builtins
+
+    clashes = [name for name in MODULES if name.split(".")[-1] in dir(builtins)]
+    assert not clashes, clashes
+
+
+def _calls(path: Path, names: tuple[str, ...]) -> list[str]:
+    """`a.b.c(...)` calls in `path` whose dotted name ends with one of `names`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            dotted = ast.unparse(node.func)
+            if dotted.endswith(names):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {dotted}")
+    return found
+
+
+def test_tvm_builds_stay_in_the_compiler_and_vm_calls_in_the_runtime():
+    """An API rename in TVM is then a one-place fix: build calls in compiler/, the Relax VM in runtime/."""
+    builds = [c for name, p in MODULES.items() if _stage(name) != "compiler"
+              for c in _calls(p, ("tvm.compile", "tirx.build", ".export_library"))]  # fmt: skip
+    vms = [c for name, p in MODULES.items() if _stage(name) != "runtime" for c in _calls(p, ("VirtualMachine",))]
+    assert not builds and not vms, builds + vms
