@@ -7,8 +7,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_TEXT := The quick brown fox jumped over the lazy dog.
+# pytest-xdist workers for `make test`: whole test files per worker (module fixtures and shared builds stay
+# together); artifact builds are locked, so two workers never build the same artifact twice
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: run test test-unit test-slow lint clean-venv
+.PHONY: run test test-unit test-notebooks test-real test-slow lint clean-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
@@ -23,13 +27,19 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check kokoro_tvm tests
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -m "not real"
+	$(PYTEST) -m "not real and not notebooks"
+
+test-notebooks: $(STAMP)
+	$(PYTEST) -m notebooks
+
+test-real: $(STAMP)
+	$(PYTEST) -m real
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow
+	$(PYTEST) -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff check kokoro_tvm tests
