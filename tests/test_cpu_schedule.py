@@ -16,15 +16,20 @@ from kokoro_tvm.compiler.targets import host_target
 F64_TOL = 1e-12
 
 
-def _run(build, inputs, dtype="float64"):
-    """Compile `build(*vars)` as a Relax function with our pipeline and run it on numpy `inputs`."""
+def _module(build, inputs, dtype="float32"):
+    """`build(*vars)` as the Relax function `main`, one parameter per numpy input."""
     bb = relax.BlockBuilder()
     params = [relax.Var(f"x{i}", relax.TensorType(x.shape, dtype)) for i, x in enumerate(inputs)]
     with bb.function("main", params):
         with bb.dataflow():
             out = bb.emit_output(build(*params))
         bb.emit_func_output(out)
-    return compile_and_load(bb.get())(*inputs)[0]
+    return bb.get()
+
+
+def _run(build, inputs, dtype="float64"):
+    """Compile `build(*vars)` as a Relax function with our pipeline and run it on numpy `inputs`."""
+    return compile_and_load(_module(build, inputs, dtype))(*inputs)[0]
 
 
 @pytest.mark.parametrize(
@@ -75,13 +80,7 @@ def test_vectorizable_sine_is_the_rounded_sine():
 def _unscheduled_and_scheduled(build, inputs):
     """Run the legalized graph twice: TVM's pipeline (nothing scheduled) and ours; also report which PrimFuncs
     our rules scheduled."""
-    bb = relax.BlockBuilder()
-    params = [relax.Var(f"x{i}", relax.TensorType(x.shape, "float32")) for i, x in enumerate(inputs)]
-    with bb.function("main", params):
-        with bb.dataflow():
-            out = bb.emit_output(build(*params))
-        bb.emit_func_output(out)
-    mod = bb.get()
+    mod = _module(build, inputs)
     target = tvm.target.Target(host_target())
     outputs = [compile_and_load(mod, host_target(), stock=stock)(*inputs)[0] for stock in (True, False)]
     with target:
@@ -332,13 +331,7 @@ AARCH64 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
 
 
 def _conv_norm_snake_module(inputs):
-    bb = relax.BlockBuilder()
-    params = [relax.Var(f"x{i}", relax.TensorType(x.shape, "float32")) for i, x in enumerate(inputs)]
-    with bb.function("main", params):
-        with bb.dataflow():
-            out = bb.emit_output(_snake_block(*params))
-        bb.emit_func_output(out)
-    return bb.get()
+    return _module(_snake_block, inputs)
 
 
 def _snake_inputs():
