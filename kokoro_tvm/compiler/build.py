@@ -114,12 +114,8 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
     target = target or host_target()
     fields = _key_fields(spec, weights_fingerprint, target)
     folder = _folder(spec, fields)
-    if (folder / "manifest.json").exists():
-        cached = _valid(folder, fields)
-        if cached is not None:
-            return cached
     with cache_lock(folder):
-        cached = _valid(folder, fields)  # built (or repaired) by another process while this one waited
+        cached = _valid(folder, fields)  # possibly built by another process while this one waited
         if cached is not None:
             return cached
         library = folder / "component.so"

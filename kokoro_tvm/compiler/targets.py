@@ -114,9 +114,8 @@ def cpu_geometry(target) -> CPUGeometry:
     l1 = _L1_BY_MCPU.get(mcpu, (32 * 1024, 8, 64))
     if triple.startswith(("aarch64", "arm64")):
         return CPUGeometry(128, 32, *l1)
-    with target:
-        if codegen.target_has_features(["avx512f"], target):
-            return CPUGeometry(512, 32, *l1)
-        if codegen.target_has_features(["avx"], target):
-            return CPUGeometry(256, 16, *l1)
+    if codegen.target_has_features(["avx512f"], target):
+        return CPUGeometry(512, 32, *l1)
+    if codegen.target_has_features(["avx"], target):
+        return CPUGeometry(256, 16, *l1)
     return CPUGeometry(128, 16, *l1)

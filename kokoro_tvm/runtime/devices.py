@@ -48,4 +48,5 @@ def gpu_devices() -> list[dict]:
     """Which GPU devices this machine has, as TVM sees them (notebook 06's 'what ran where' table)."""
     import sys
 
-    return [{"device": kind, "exists": device_exists(kind), "platform": sys.platform} for kind in ("metal", "cuda")]
+    gpus = [kind for kind in DEVICES if kind != "cpu"]
+    return [{"device": kind, "exists": device_exists(kind), "platform": sys.platform} for kind in gpus]
