@@ -29,9 +29,10 @@ from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops or converters change what a build computes.
+# recipe 21: ALBERT position ids explicit, nearest x2 and SineGen interpolation as gathers (same values)
 # recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
 # by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
-RECIPE_VERSION = "20-integer-powers"
+RECIPE_VERSION = "21-symbolic-ready"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable
 
 import torch
+import tvm
 from tvm import relax
 
 from kokoro_tvm.compiler.ops.lstm import ATEN_TARGET_NAME as MASKED_LSTM_TARGET
@@ -35,10 +36,20 @@ def _clamp(node: torch.fx.Node, importer) -> relax.Var:
     upper = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
     dtype = x.ty.dtype
     if lower is not None:
-        x = importer.block_builder.emit(relax.op.maximum(x, relax.const(lower, dtype)))
+        x = importer.block_builder.emit(relax.op.maximum(x, _bound(lower, dtype, importer)))
     if upper is not None:
-        x = importer.block_builder.emit(relax.op.minimum(x, relax.const(upper, dtype)))
+        x = importer.block_builder.emit(relax.op.minimum(x, _bound(upper, dtype, importer)))
     return x
+
+
+def _bound(value, dtype: str, importer) -> relax.Expr:
+    """A clamp bound as a scalar tensor: a number, or a symbolic size (an fx node the importer holds as a TIR
+    expression: a replicate pad clamps its gather index to L - 1), made a tensor by a one-element arange."""
+    if isinstance(value, torch.fx.Node):
+        size = importer.env[value]
+        ramp = importer.block_builder.emit(relax.op.arange(size, size + 1, 1, dtype))
+        return importer.block_builder.match_cast(ramp, relax.TensorType([1], dtype))  # arange leaves it unknown
+    return relax.const(value, dtype)
 
 
 def _dtype_of(value) -> str:
@@ -171,7 +182,47 @@ def _div_mode(node: torch.fx.Node, importer) -> relax.Var:
     raise NotImplementedError(f"div rounding_mode {mode!r}")
 
 
+def _slice(node: torch.fx.Node, importer) -> relax.Var:
+    """x[start:end] on one axis; with symbolic bounds, a slice whose bounds are proved in range.
+
+    With a symbolic length TVM 0.27 writes a slice's length as nested min/max/if_then_else of its bounds
+    (`x[..., L - 1:]` becomes `min(max(if_then_else(k < 1, ...)))`): shape checks cannot match that to the
+    plain length of the next operand (a `where` loses its shape, the next reshape fails) and
+    LiftTransformParams cannot even copy it (`prim.if_then_else` has no type rule). Every symbolic size
+    here is at least 1 (torch.export specializes sizes 0 and 1; our length tiles start at 1), so where the
+    analyzer proves 0 <= start <= end <= size under that, the slice is emitted as in-bounds and its length
+    is the simplified end - start. Anything else goes to the stock converter."""
+    import sys
+
+    from tvm import sym, tirx
+
+    x = importer.env[node.args[0]]
+    dim = node.args[1] if len(node.args) > 1 else 0
+    bounds = [node.args[i] if len(node.args) > i else None for i in (2, 3)]
+    step = node.args[4] if len(node.args) > 4 else 1
+    start, end = (importer.env[v] if isinstance(v, torch.fx.Node) else v for v in bounds)
+    shape = x.ty.shape
+    if step != 1 or shape is None or all(isinstance(v, int | None) for v in (start, end)):
+        return importer._slice(node)
+    axis = dim % len(shape.values)
+    size = shape.values[axis]
+    start = 0 if start is None else start
+    end = size if end is None or (isinstance(end, int) and end >= sys.maxsize) else end
+    analyzer = sym.Analyzer()
+    for expr in (size, start, end):
+        for var in tirx.analysis.undefined_vars(tirx.const(expr, "int64") if isinstance(expr, int) else expr):
+            analyzer.bind(var, tvm.ir.Range.from_min_extent(1, 1 << 40))
+    start, end = (tirx.const(v, "int64") if isinstance(v, int) else v for v in (start, end))
+    if not analyzer.can_prove(tirx.all(start >= 0, start <= end, end <= size)):
+        return importer._slice(node)
+    start, end = analyzer.simplify(start), analyzer.simplify(end)
+    if analyzer.can_prove_equal(start, 0) and analyzer.can_prove_equal(end, size):
+        return x
+    return importer.block_builder.emit(relax.op.strided_slice(x, [axis], [start], [end], assume_inbound=True))
+
+
 CONVERTERS: dict[str, Converter] = {
+    "slice.Tensor": _slice,
     "div.Tensor_mode": _div_mode,
     "sqrt.default": _float_unary(relax.op.sqrt),
     "rsqrt.default": _float_unary(relax.op.rsqrt),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -44,13 +45,57 @@ def padding_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     return torch.arange(steps, device=lengths.device)[None, :] >= lengths[:, None]
 
 
+def linear_resample(x: torch.Tensor, steps, scale: float) -> torch.Tensor:
+    """`F.interpolate(x, scale_factor=s, mode="linear")` (align_corners=False) on [B, C, L] -> [B, C, steps],
+    written as the same arithmetic PyTorch's CPU kernel does: source position (j + 0.5) / s - 0.5 in x's
+    dtype, clamped at 0, its two neighbours gathered and mixed. It exports with a symbolic length, where
+    interpolate's float output size does not (`sym_float`, `truediv`, `trunc`)."""
+    length = x.shape[-1]
+    ratio = float(np.asarray(1.0 / scale, dtype=str(x.dtype).removeprefix("torch.")))  # in x's dtype, as torch
+    # one rounding to x's dtype at the end, as torch's fused multiply-add (float64 holds the float32 case exactly)
+    position = ((torch.arange(steps, device=x.device, dtype=torch.float64) + 0.5) * ratio - 0.5).to(x.dtype)
+    position = position.clamp(min=0)
+    # torch clamps the left neighbour to L - 1; for SineGen's integer scales it never exceeds it (the last
+    # position is L - 1/2 - 1/(2s) up, (L/s - 1/2) s - 1/2 down), and the right neighbour past the end is
+    # the last sample again: x gets one replicated sample instead of a clamp to a symbolic bound
+    left = position.floor().to(torch.int64)
+    weight = (position - left.to(x.dtype)).clamp(0, 1)
+    extended = torch.cat([x, x[..., length - 1 :]], dim=-1)
+    return extended.index_select(-1, left) * (1 - weight) + extended.index_select(-1, left + 1) * weight
+
+
+def nearest_repeat(x: torch.Tensor, times: int) -> torch.Tensor:
+    """`F.interpolate(x, scale_factor=times, mode="nearest")` on [B, C, L]: every sample `times` times."""
+    b, c, length = x.shape
+    return x[..., None].expand(b, c, length, times).reshape(b, c, times * length)
+
+
+class ExportableNoiseSource(ExplicitNoiseSource):
+    """ExplicitNoiseSource with SineGen's two interpolations as `linear_resample` (same arithmetic)."""
+
+    def downsample(self, x):
+        return linear_resample(x, x.shape[-1] // self.upsample_scale, 1 / self.upsample_scale)
+
+    def upsample(self, x):
+        return linear_resample(x, x.shape[-1] * self.upsample_scale, self.upsample_scale)
+
+
 class AlbertComponent(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
         self.bert, self.bert_encoder = model.bert, model.bert_encoder
 
     def forward(self, input_ids, attention_mask):
-        return self.bert_encoder(self.bert(input_ids, attention_mask=attention_mask)).transpose(-1, -2)
+        # position and token-type ids passed explicitly (the values ALBERT would take from its 512-long
+        # buffers): slicing a buffer to a symbolic length does not import
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None, :].expand_as(input_ids)
+        hidden = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=torch.zeros_like(input_ids),
+            position_ids=positions,
+        )
+        return self.bert_encoder(hidden).transpose(-1, -2)
 
 
 class DurationComponent(torch.nn.Module):
@@ -152,8 +197,8 @@ class DecoderComponent(torch.nn.Module):
         stft = gen.stft.stft if isinstance(gen.stft, ExportableCustomSTFT) else gen.stft  # under export_patches
         samples = frame_lengths * SAMPLES_PER_FRAME
         stft_frames = samples // stft.hop_length + 1
-        source = ExplicitNoiseSource(gen.m_source, initial_phase, additive_noise)
-        f0 = gen.f0_upsamp(f0_curve).transpose(1, 2)  # [B, 600F, 1]
+        source = ExportableNoiseSource(gen.m_source, initial_phase, additive_noise)
+        f0 = nearest_repeat(f0_curve, int(gen.f0_upsamp.scale_factor)).transpose(1, 2)  # [B, 600F, 1]
         sine_waves, _ = source.sine_waves(f0, valid_steps=2 * frame_lengths)
         har_source = source.l_tanh(source.l_linear(sine_waves)).transpose(1, 2).squeeze(1)  # [B, 600F]
         spec, phase = ExportableCustomSTFT(stft).transform(replicate_tail(har_source, samples))
@@ -179,8 +224,6 @@ class DecoderComponent(torch.nn.Module):
         phase = torch.sin(x[:, gen.post_n_fft // 2 + 1 :, :])
         audio = stft.inverse(spec, phase)[..., : SAMPLES_PER_FRAME * f0_curve.shape[-1] // 2]  # drop alignment
         return zero_tail(audio, samples)
-
-
 
 
 @dataclass(frozen=True)

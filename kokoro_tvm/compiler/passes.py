@@ -40,6 +40,28 @@ def _static_shape(expr) -> list[int] | None:
         return None
 
 
+def _shape(expr) -> list | None:
+    """The shape with static sizes as ints and symbolic ones (a length of k tiles) as TIR expressions."""
+    shape = getattr(expr.ty, "shape", None)
+    if shape is None:
+        return None
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape.values]
+
+
+def _constant(expr) -> int | None:
+    """A symbolic size expression reduced to a number, if it is one for every value of its variables."""
+    if isinstance(expr, int):
+        return expr
+    simplified = tvm.sym.Analyzer().simplify(expr)
+    return int(simplified) if isinstance(simplified, tvm.tirx.IntImm) else None
+
+
+def _slice_to(x, begin, end):
+    """x[..., begin:end] on the last axis, bounds known to be in range (no clamping terms in a symbolic
+    length: they would leave shapes the later passes cannot match)."""
+    return relax.op.strided_slice(x, axes=[2], begin=[begin], end=[end], assume_inbound=True)
+
+
 @mutator
 class _ConvRewriter(PyExprMutator):
     def __init__(self, mod, polyphase: bool, align: int | None):
@@ -59,14 +81,14 @@ class _ConvRewriter(PyExprMutator):
 
     def _aligned(self, call):
         attrs = call.attrs
-        x_shape, w_shape = _static_shape(call.args[0]), _static_shape(call.args[1])
+        x_shape, w_shape = _shape(call.args[0]), _static_shape(call.args[1])
         if x_shape is None or w_shape is None or attrs.data_layout != "NCW" or attrs.kernel_layout != "OIW":
             return None
         (stride,), (dilation,) = _ints(attrs.strides), _ints(attrs.dilation)
         left, right = _ints(attrs.padding)
         length = (x_shape[2] + left + right - dilation * (w_shape[2] - 1) - 1) // stride + 1
-        extra = -length % self.align
-        if extra == 0:
+        extra = _constant(-length % self.align)  # a symbolic length 32k + c: the same for every k
+        if not extra:
             return None
         wide = self.builder_.emit(
             relax.op.nn.conv1d(
@@ -79,11 +101,11 @@ class _ConvRewriter(PyExprMutator):
                 out_dtype=attrs.out_dtype,
             )
         )
-        return relax.op.strided_slice(wide, axes=[2], begin=[0], end=[length])
+        return _slice_to(wide, 0, length)
 
     def _polyphase(self, call):
         attrs = call.attrs
-        x_shape, w_shape = _static_shape(call.args[0]), _static_shape(call.args[1])
+        x_shape, w_shape = _shape(call.args[0]), _static_shape(call.args[1])
         if x_shape is None or w_shape is None or int(attrs.groups) != 1:
             return None
         if attrs.data_layout != "NCW" or attrs.kernel_layout != "IOW" or _ints(attrs.dilation) != [1]:
@@ -113,7 +135,7 @@ class _ConvRewriter(PyExprMutator):
         z = emit(op.reshape(phases, (x_shape[0], c_out, s, q)))
         z = emit(op.permute_dims(z, [0, 1, 3, 2]))
         z = emit(op.reshape(z, (x_shape[0], c_out, q * s)))
-        return op.strided_slice(z, axes=[2], begin=[left], end=[left + length])
+        return _slice_to(z, left, left + length)
 
 
 SINE_TAYLOR_TERMS = 9  # r - r^3/3! + ... - r^17/17!: |error| <= (pi/2)^19 / 19! < 1e-11

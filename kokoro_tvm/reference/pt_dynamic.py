@@ -48,18 +48,24 @@ class ExplicitNoiseSource(torch.nn.Module):
         harmonics = torch.arange(1, self.n_harmonics + 1, dtype=f0.dtype, device=f0.device)
         rad = (f0 * harmonics / self.sampling_rate) % 1
         rad = torch.cat([rad[:, :1, :] + self.initial_phase[:, None, :], rad[:, 1:, :]], dim=1)
-        rad = F.interpolate(rad.transpose(1, 2), scale_factor=1 / self.upsample_scale, mode="linear")
+        rad = self.downsample(rad.transpose(1, 2))
         phase = torch.cumsum(rad.transpose(1, 2), dim=1) * 2 * torch.pi  # [B, L / 300, 9], causal
         if valid_steps is not None:
             steps = torch.arange(phase.shape[1], device=phase.device)[None, :, None]
             last = phase.gather(1, (valid_steps - 1)[:, None, None].expand(-1, 1, phase.shape[2]))
             phase = torch.where(steps < valid_steps[:, None, None], phase, last)
-        phase = F.interpolate(
-            phase.transpose(1, 2) * self.upsample_scale, scale_factor=self.upsample_scale, mode="linear"
-        ).transpose(1, 2)
+        phase = self.upsample(phase.transpose(1, 2) * self.upsample_scale).transpose(1, 2)
         uv = (f0 > self.voiced_threshold).type(torch.float32)
         noise_amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
         return torch.sin(phase) * self.sine_amp * uv + noise_amp * self.additive, uv
+
+    def downsample(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, C, L] -> [B, C, L / 300], SineGen's linear interpolation."""
+        return F.interpolate(x, scale_factor=1 / self.upsample_scale, mode="linear")
+
+    def upsample(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, C, L] -> [B, C, 300 L], SineGen's linear interpolation."""
+        return F.interpolate(x, scale_factor=self.upsample_scale, mode="linear")
 
     def forward(self, f0: torch.Tensor):
         sine_waves, uv = self.sine_waves(f0)

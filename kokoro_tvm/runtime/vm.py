@@ -32,15 +32,23 @@ class VMRunner:
         self.device = tvm.device(device, 0)
         self.function = function
         self.vm = tvm.relax.VirtualMachine(executable, self.device)
-        self._tensor = tvm.runtime.tensor
+        self._tensor, self._shape = tvm.runtime.tensor, tvm.runtime.ShapeTuple
         self.params = [self._tensor(np.ascontiguousarray(p), device=self.device) for p in params]
         if transform_params:  # weight-only work lifted out of main at build time: done once, here
             lifted = self.vm[transform_params](self.params)
             self.params = [lifted[i] for i in range(len(lifted))]
 
     def device_inputs(self, *inputs: np.ndarray) -> list:
-        """`inputs` copied to the device once (for timing the VM alone: `run_on_device`)."""
-        return [self._tensor(np.ascontiguousarray(x), device=self.device) for x in inputs]
+        """`inputs` copied to the device once (for timing the VM alone: `run_on_device`); a shape argument
+        (`shape`) passes through."""
+        return [
+            x if isinstance(x, self._shape) else self._tensor(np.ascontiguousarray(x), device=self.device)
+            for x in inputs
+        ]
+
+    def shape(self, *dims: int):
+        """A shape argument (a symbolic-length build's `tiles` input: kokoro_tvm.compiler.symbolic)."""
+        return self._shape([int(d) for d in dims])
 
     def run_on_device(self, *tensors):
         """One call on inputs already on the device; the VM's own result (no copy back)."""

@@ -9,7 +9,6 @@ export keeps them as reductions and `where`, and the converter table already cov
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 def frame_mask(lengths: torch.Tensor, steps: int, dtype: torch.dtype) -> torch.Tensor:
@@ -62,10 +61,17 @@ def masked_adain_resblock(block, x: torch.Tensor, s: torch.Tensor, lengths: torc
     residual = block.conv1(block.dropout(residual))
     residual = block.actv(masked_adain(block.norm2, residual, s, out_lengths))
     residual = block.conv2(block.dropout(residual))
-    shortcut = F.interpolate(x, scale_factor=2, mode="nearest") if up else x
+    shortcut = nearest_upsample2(x) if up else x
     if block.learned_sc:
         shortcut = block.conv1x1(shortcut)
     return zero_tail((residual + shortcut) * torch.rsqrt(torch.tensor(2)), out_lengths), out_lengths
+
+
+def nearest_upsample2(x: torch.Tensor) -> torch.Tensor:
+    """`F.interpolate(x, scale_factor=2, mode="nearest")` on [B, C, L] as a broadcast and a reshape: the same
+    values (each frame twice), and it exports with a symbolic L (the interpolation's float scale does not)."""
+    b, c, steps = x.shape
+    return x[..., None].expand(b, c, steps, 2).reshape(b, c, 2 * steps)
 
 
 def masked_adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

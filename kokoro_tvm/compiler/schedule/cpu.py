@@ -22,7 +22,7 @@ import logging
 import re
 
 import tvm
-from tvm import s_tir, tirx
+from tvm import s_tir, sym, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.dlight.base.common_schedules import try_inline
@@ -49,9 +49,51 @@ def _tiles(geometry: CPUGeometry) -> tuple[tuple[int, int], tuple[int, int]]:
     return (WIDE_TILE[0] // 2, WIDE_TILE[1]), (NARROW_TILE[0] // 2, NARROW_TILE[1])
 
 
-def _extent(sch: s_tir.Schedule, loop) -> int | None:
+# A symbolic length is compiled as a multiple of a tile (kokoro_tvm.compiler.symbolic): a loop over it has an
+# extent like 32 * k. The rules ask the same questions of it as of a number (does `lanes` divide it? is it at
+# least this long?) and answer them by proof for every k >= 1, never by one value; only the choice between two
+# equally valid tile orders looks at a size, and for a symbolic one it uses REPRESENTATIVE_TILES.
+REPRESENTATIVE_TILES = 8  # k = 8: 256 tokens or frames, near the corpus median (NOTES/dynamic_shapes.md)
+
+
+def _analyzer(*exprs) -> sym.Analyzer:
+    """An analyzer that knows every free variable of `exprs` (the tile counts) is at least 1."""
+    analyzer = sym.Analyzer()
+    for expr in exprs:
+        if not isinstance(expr, int):
+            for var in tirx.analysis.undefined_vars(expr):
+                analyzer.bind(var, tvm.ir.Range.from_min_extent(1, 1 << 30))
+    return analyzer
+
+
+def _extent(sch: s_tir.Schedule, loop):
+    """The loop's extent: an int when static, else the symbolic PrimExpr."""
     ext = sch.get(loop).extent
-    return int(ext) if isinstance(ext, tirx.IntImm) else None
+    return int(ext) if isinstance(ext, tirx.IntImm) else ext
+
+
+def _divides(factor: int, extent) -> bool:
+    """True if `factor` divides `extent` (an int, or a symbolic extent for every value of its variables)."""
+    if isinstance(extent, int):
+        return extent % factor == 0
+    analyzer = _analyzer(extent)
+    return analyzer.can_prove_equal(tirx.floormod(extent, factor), 0)
+
+
+def _at_least(extent, bound: int) -> bool:
+    if isinstance(extent, int):
+        return extent >= bound
+    return _analyzer(extent).can_prove(extent >= bound)
+
+
+def _representative(extent) -> int:
+    """A static extent itself; a symbolic one at REPRESENTATIVE_TILES tiles."""
+    if isinstance(extent, int):
+        return extent
+    analyzer = sym.Analyzer()
+    for var in tirx.analysis.undefined_vars(extent):
+        analyzer.bind(var, tirx.IntImm(str(var.ty), REPRESENTATIVE_TILES))
+    return int(analyzer.simplify(extent))
 
 
 def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
@@ -71,11 +113,11 @@ def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
 def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
     inner = sch.get_loops(block)[-1]
     ext = _extent(sch, inner)
-    if ext is None or ext < 2:
+    if isinstance(ext, int) and ext < 2:
         return
-    if ext <= lanes:
+    if isinstance(ext, int) and ext <= lanes:
         sch.vectorize(inner)
-    elif ext % lanes == 0:
+    elif _divides(lanes, ext):
         sch.vectorize(sch.split(inner, [None, lanes])[1])
 
 
@@ -87,7 +129,7 @@ def _elementwise_loops(sch: s_tir.Schedule, block, lanes: int) -> None:
         _vectorize_inner(sch, block, lanes)
     elif loops:
         ext = _extent(sch, loops[0])
-        if ext is not None and ext >= 4 * lanes and ext % lanes == 0:
+        if _at_least(ext, 4 * lanes) and _divides(lanes, ext):
             outer, inner = sch.split(loops[0], [None, lanes])
             sch.parallel(outer)
             sch.vectorize(inner)
@@ -124,11 +166,19 @@ def _inline_single_use(sch: s_tir.Schedule, blocks: list) -> list:
     return remaining
 
 
-def _outputs(sch: s_tir.Schedule, block) -> int:
+def _outputs(sch: s_tir.Schedule, block):
+    """How many outputs the block's loops cover: an int, or a symbolic product."""
     extent = 1
     for loop in sch.get_loops(block):
-        extent *= _extent(sch, loop) or 1
+        extent = extent * _extent(sch, loop)
     return extent
+
+
+def _fewer(a, b) -> bool:
+    """a < b for every value of the tile counts (False where that cannot be proved)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    return _analyzer(a, b).can_prove(a < b)
 
 
 def _compute_at_tile(sch: s_tir.Schedule, blocks: list, loop, size: int, lanes: int) -> list:
@@ -137,7 +187,9 @@ def _compute_at_tile(sch: s_tir.Schedule, blocks: list, loop, size: int, lanes: 
     at_root = []
     for info in reversed(blocks):
         consumers = sch.get_consumers(info.block_rv)
-        if _outputs(sch, info.block_rv) < size or not all(_same_positions(sch, c, info.block_rv) for c in consumers):
+        if _fewer(_outputs(sch, info.block_rv), size) or not all(
+            _same_positions(sch, c, info.block_rv) for c in consumers
+        ):
             at_root.append(info)  # per-channel values, or read at other positions (a shift, a transpose): a
             continue  # per-tile copy would have to recompute a whole row or the whole buffer for every tile
         try:
@@ -207,9 +259,7 @@ def _operands(sch: s_tir.Schedule, block, spatial: int) -> dict | None:
         text = [str(r.min) for r in region.region]
         row_dims = [i for i, t in enumerate(text) if re.search(rf"\b{re.escape(row_var.name)}\b", t)]
         col_dims = [i for i, t in enumerate(text) if re.search(rf"\b{re.escape(col_var.name)}\b", t)]
-        shape = [int(d) for d in buffer.shape] if all(isinstance(d, tirx.IntImm) for d in buffer.shape) else None
-        if shape is None:
-            return None
+        shape = [_representative(int(d) if isinstance(d, tirx.IntImm) else d) for d in buffer.shape]
         size = buffer.dtype.bits // 8
         for d in shape:
             size *= d
@@ -253,8 +303,6 @@ class Contraction(_CPURule):
         dtype_bits = sch.get(main.block_rv).writes[0].source.dtype.bits
         lanes = geometry.lanes(dtype_bits)
         col_extent, row_extent = _extent(sch, col), _extent(sch, row)
-        if col_extent is None or row_extent is None:
-            return None
         operands = _operands(sch, main.block_rv, len(spatial))
         wide, narrow = _tiles(geometry)
         max_rows, vectors = wide
@@ -263,11 +311,11 @@ class Contraction(_CPURule):
         ):
             max_rows, vectors = narrow
         cols = vectors * lanes
-        while cols > lanes and col_extent % cols:
+        while cols > lanes and not _divides(cols, col_extent):
             cols //= 2
-        if col_extent % cols:
+        if not _divides(cols, col_extent):
             return None  # a ragged vector axis would scalarize the whole kernel
-        rows = next(r for r in ROW_CHOICES if row_extent % r == 0 and r <= max_rows)
+        rows = next(r for r in ROW_CHOICES if _divides(r, row_extent) and r <= max_rows)
         # tile order: walk the rows of one column slab (the slab stays in cache, the row operand streams), unless
         # the row operand (conv weights) is the larger one: then walk the columns of one row slab
         rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
@@ -318,7 +366,7 @@ class Elementwise(_CPURule):
         size = _outputs(sch, last)
         loops = sch.get_loops(last)
         inner = _extent(sch, loops[-1]) if loops else None
-        if len(loops) < 2 or inner is None or inner % lanes:
+        if len(loops) < 2 or not _divides(lanes, inner):
             for block in remaining + [infos[-1]]:
                 _elementwise_loops(sch, block.block_rv, lanes)
             return sch
@@ -357,7 +405,7 @@ class RowReduction(_CPURule):
         lanes = geometry.lanes(sch.get(block).writes[0].source.dtype.bits)
         *spatial, reduce = sch.get_loops(block)
         extent = _extent(sch, reduce)
-        if not spatial or extent is None or extent % lanes or extent < 4 * lanes:
+        if not spatial or not _divides(lanes, extent) or not _at_least(extent, 4 * lanes):
             if spatial:  # short or ragged rows: a plain loop per row, the rows in parallel
                 sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
             return

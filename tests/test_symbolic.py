@@ -1,0 +1,141 @@
+"""Symbolic-length builds (kokoro_tvm.compiler.symbolic): the export rewrites keep PyTorch's values, the CPU
+schedule rules tile a `32 * k` extent, and one float64 build runs several lengths like PyTorch, with garbage
+in the padded tail invisible. Random weights, float64; each symbolic artifact is built once per module."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kokoro_tvm.compiler.export import linear_resample, nearest_repeat
+from kokoro_tvm.compiler.ops.masked_norm import nearest_upsample2
+from kokoro_tvm.compiler.symbolic import LENGTH_TILE, SymbolicShape, tile_count
+
+
+@pytest.mark.parametrize("length", [2, 128, 2048])
+def test_linear_resample_is_torch_interpolate(length):
+    """SineGen's x300 and /300 linear interpolations rewritten as a gather: torch's own arithmetic."""
+    g = torch.Generator().manual_seed(length)
+    for dtype, tolerance in ((torch.float64, 1e-14), (torch.float32, 4 * torch.finfo(torch.float32).eps)):
+        x = torch.randn(1, 9, length, generator=g, dtype=dtype).cumsum(-1) * 300  # a phase-like ramp
+        up = F.interpolate(x, scale_factor=300, mode="linear")
+        # the source position is rounded as torch rounds it, so the only difference is the final mix
+        # (w0 * a + w1 * b, possibly fused): a few ulps of the output's magnitude
+        assert (linear_resample(x, 300 * length, 300) - up).abs().max() <= tolerance * up.abs().max()
+        y = torch.randn(1, 9, 300 * length, generator=g, dtype=dtype)
+        down = F.interpolate(y, scale_factor=1 / 300, mode="linear")
+        assert torch.equal(linear_resample(y, length, 1 / 300), down)  # weights exactly 1/2: exact
+
+
+def test_nearest_rewrites_are_exact():
+    x = torch.randn(2, 3, 50, dtype=torch.float64)
+    assert torch.equal(nearest_repeat(x, 300), F.interpolate(x, scale_factor=300, mode="nearest"))
+    assert torch.equal(nearest_upsample2(x), F.interpolate(x, scale_factor=2, mode="nearest"))
+
+
+def test_tile_count():
+    assert [tile_count(n) for n in (1, 32, 33, 512)] == [1, 1, 2, 16]
+    with pytest.raises(ValueError):
+        tile_count(0)
+
+
+def test_conv_rule_tiles_a_symbolic_length():
+    """A conv over 32 * k steps: Contraction takes it (proved divisible for every k) and it runs right."""
+    import tvm
+    from tvm import relax, tirx
+
+    from kokoro_tvm.compiled import compile_and_load
+
+    k = tirx.Var("k", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 64, 32 * k], "float32"))
+    tiles = relax.Var("tiles", relax.ShapeType([k]))
+    w = relax.Var("w", relax.TensorType([64, 64, 5], "float32"))
+    with bb.function("main", [x, tiles, w]):
+        with bb.dataflow():
+            y = bb.emit_output(bb.emit(relax.op.nn.conv1d(x, w, padding=2)))
+        bb.emit_func_output(y)
+    coverage: dict = {}
+    from kokoro_tvm.compiler.pipeline import lower
+    from kokoro_tvm.compiler.targets import host_target
+
+    lowered = lower(bb.get(), host_target(), coverage)
+    conv = next(f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc) and "conv" in gv.name_hint)
+    script = conv.script()
+    assert "T.parallel" in script and "T.vectorized" in script and "local" in script  # register tile
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 64, 5)).astype(np.float32)
+    runner = compile_and_load(bb.get())
+    for steps in (32, 96):
+        data = rng.standard_normal((1, 64, steps)).astype(np.float32)
+        got = runner.vm["main"](*runner.device_inputs(data), runner.shape(steps // 32), *runner.device_inputs(weight))
+        want = F.conv1d(torch.from_numpy(data).double(), torch.from_numpy(weight).double(), padding=2).numpy()
+        # float32 sums of 320 products in another order than float64: relative error of a few 1e-7
+        assert np.linalg.norm(got.numpy() - want) / np.linalg.norm(want) < 1e-6
+    del tvm
+
+
+@pytest.fixture(scope="module")
+def symbolic_runners(random_model64):
+    """One float64 symbolic build per component tested here (export, import, compile once)."""
+    from kokoro_tvm.compiled import compile_and_load
+    from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
+    from kokoro_tvm.compiler.symbolic import symbolic_relax_module
+
+    runners = {}
+    for name, max_tiles in (("text_encoder", 4), ("f0n", 3)):
+        mod, exported, _ = symbolic_relax_module(random_model64, SymbolicShape(name, max_tiles))
+        named = dict(exported.named_parameters())
+        params = [named[p].detach().numpy() for p in exported.graph_signature.parameters]
+        runners[name] = (mod, compile_and_load(mod, params=params, transform_params=TRANSFORM_PARAMS))
+    return runners
+
+
+def _inputs(name: str, steps: int, valid: int, garbage: bool):
+    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+    from kokoro_tvm.components import component
+
+    xs = list(example_inputs(ComponentShape(name, steps), torch.float64))
+    g = torch.Generator().manual_seed(steps)
+    for i, spec in enumerate(component(name).inputs):
+        if spec.values == "lengths":
+            xs[i] = torch.full_like(xs[i], valid)
+        elif garbage and spec.length_axis is not None:  # junk past the valid prefix
+            tail = xs[i].narrow(spec.length_axis, valid * spec.length_multiple, (steps - valid) * spec.length_multiple)
+            tail.copy_(
+                torch.randint(0, 178, tail.shape, generator=g)
+                if spec.values == "ids"
+                else torch.randn(tail.shape, generator=g, dtype=tail.dtype) * 1e3
+            )
+    return xs
+
+
+@pytest.mark.parametrize("name", ["text_encoder", "f0n"])
+def test_one_symbolic_build_runs_every_length(name, symbolic_runners, random_model64):
+    """float64: the symbolic build equals PyTorch at 1, 2 and 3 tiles, and at a length that is not a whole
+    tile (padded to one by the caller) the valid prefix is bit-identical whatever the padded tail holds."""
+    from kokoro_tvm.compiler.export import component_module
+    from kokoro_tvm.compiler.patches import export_patches
+    from kokoro_tvm.reference.pt_dynamic import default_dtype
+
+    mod, runner = symbolic_runners[name]
+    bounds = mod["main"].attrs["tir_var_upper_bound"]
+    assert [int(v) for v in bounds.values()] == [3 if name == "f0n" else 4]  # planned memory has a bound
+    module = component_module(random_model64, name)
+    for steps in (LENGTH_TILE, 2 * LENGTH_TILE, 3 * LENGTH_TILE):
+        xs = _inputs(name, steps, steps, garbage=False)
+        with torch.no_grad(), export_patches(random_model64), default_dtype(torch.float64):  # kokoro's rsqrt(2)
+            want = module(*xs)
+        want = want if isinstance(want, tuple) else (want,)
+        got = runner(*(x.numpy() for x in xs), runner.shape(tile_count(steps)))
+        for g, w in zip(got, want, strict=True):
+            # float64 throughout, sums in another order: relative error near 1e-15; 1e-12 leaves room
+            assert np.linalg.norm(g - w.numpy()) / np.linalg.norm(w.numpy()) < 1e-12
+    valid, steps = 40, 64  # 40 steps padded to two tiles
+    clean = runner(*(x.numpy() for x in _inputs(name, steps, valid, garbage=False)), runner.shape(2))
+    dirty = runner(*(x.numpy() for x in _inputs(name, steps, valid, garbage=True)), runner.shape(2))
+    scale = 2 if name == "f0n" else 1  # F0 and N come out at twice the frame rate
+    for c, d in zip(clean, dirty, strict=True):
+        assert np.array_equal(c[..., : valid * scale], d[..., : valid * scale])
