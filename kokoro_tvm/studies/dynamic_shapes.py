@@ -124,3 +124,28 @@ def export_static_and_dynamic(model, component: str, length: int = 16) -> dict:
             except Exception as exc:  # the notebook shows whatever export raises
                 report[kind] = _last_line(exc)
     return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m kokoro_tvm.studies.dynamic_shapes [--components a,b] [--lengths 64,160]`: dynamic_build on the
+    resolved weights (float32), one JSON line per component on stdout (the numbers in NOTES/dynamic_shapes.md)."""
+    import argparse
+    import json
+    import sys
+
+    from kokoro_tvm.components import NAMES
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.dynamic_shapes")
+    parser.add_argument("--components", default=",".join(NAMES))
+    parser.add_argument("--lengths", default="64,160")
+    args = parser.parse_args(argv)
+    model, _ = load_kmodel()
+    lengths = tuple(int(n) for n in args.lengths.split(","))
+    for name in args.components.split(","):
+        sys.stdout.write(json.dumps(dynamic_build(model, name, lengths)) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
