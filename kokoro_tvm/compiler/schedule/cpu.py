@@ -330,10 +330,26 @@ class Contraction(_CPURule):
             return None
         row_o, row_i = sch.split(row, [None, rows])
         col_o, col_i = sch.split(col, [None, cols])
-        first, second = (row_o, col_o) if rows_outer else (col_o, row_o)
-        sch.reorder(*outer, first, second, *reduce, row_i, col_i)
-        anchor = sch.fuse(*outer, first, second)  # one task per tile; neighbours share a slab
-        sch.parallel(anchor)
+        if isinstance(row_extent, int) and isinstance(col_extent, int):
+            first, second = (row_o, col_o) if rows_outer else (col_o, row_o)
+            sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+            anchor = sch.fuse(*outer, first, second)  # one task per tile; neighbours share a slab
+            sch.parallel(anchor)
+        else:
+            # A symbolic tile loop is never fused: dividing a fused index by a symbolic extent (4k + 2) is
+            # beyond the region analysis, which then sized the accumulator as the whole output on the stack
+            # (a 9 s kernel that overwrote memory). Static tile loops outside in parallel, the symbolic one
+            # inside, and the tile's accumulator placed under it.
+            static = [loop for loop in outer if isinstance(_extent(sch, loop), int)]
+            if isinstance(row_extent, int) or isinstance(col_extent, int):
+                first, second = (row_o, col_o) if isinstance(row_extent, int) else (col_o, row_o)
+                static.append(first)
+            else:  # both symbolic (attention scores T x T): parallel over the static outer loops only
+                first, second = row_o, col_o
+            sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+            if static == [*outer, first][: len(static)] and static:
+                sch.parallel(sch.fuse(*static) if len(static) > 1 else static[0])
+            anchor = second
         # decided before cache_write, which makes the main block write the accumulator instead of the buffer the
         # epilogue reads (checked after it, every epilogue ran as its own pass over the whole output)
         per_tile_epilogue = bool(consumers) and _same_positions(sch, consumers[-1].block_rv, main.block_rv)
