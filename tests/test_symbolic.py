@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kokoro_tvm.compiler.export import linear_resample, nearest_repeat
-from kokoro_tvm.compiler.ops.masked_norm import nearest_upsample2
+from kokoro_tvm.compiler.export import linear_resample
+from kokoro_tvm.compiler.ops.masked_norm import nearest_repeat
 from kokoro_tvm.compiler.symbolic import LENGTH_TILE, SymbolicShape, tile_count
 
 
@@ -34,7 +34,7 @@ def test_linear_resample_is_torch_interpolate(length):
 def test_nearest_rewrites_are_exact():
     x = torch.randn(2, 3, 50, dtype=torch.float64)
     assert torch.equal(nearest_repeat(x, 300), F.interpolate(x, scale_factor=300, mode="nearest"))
-    assert torch.equal(nearest_upsample2(x), F.interpolate(x, scale_factor=2, mode="nearest"))
+    assert torch.equal(nearest_repeat(x, 2), F.interpolate(x, scale_factor=2, mode="nearest"))
 
 
 def test_tile_count():

@@ -11,7 +11,6 @@ import functools
 from collections.abc import Callable
 
 import torch
-import tvm
 from tvm import relax
 
 from kokoro_tvm.compiler.ops.lstm import ATEN_TARGET_NAME as MASKED_LSTM_TARGET
@@ -194,7 +193,9 @@ def _slice(node: torch.fx.Node, importer) -> relax.Var:
     is the simplified end - start. Anything else goes to the stock converter."""
     import sys
 
-    from tvm import sym, tirx
+    from tvm import tirx
+
+    from kokoro_tvm.compiler.symbolic import size_analyzer
 
     x = importer.env[node.args[0]]
     dim = node.args[1] if len(node.args) > 1 else 0
@@ -208,10 +209,7 @@ def _slice(node: torch.fx.Node, importer) -> relax.Var:
     size = shape.values[axis]
     start = 0 if start is None else start
     end = size if end is None or (isinstance(end, int) and end >= sys.maxsize) else end
-    analyzer = sym.Analyzer()
-    for expr in (size, start, end):
-        for var in tirx.analysis.undefined_vars(tirx.const(expr, "int64") if isinstance(expr, int) else expr):
-            analyzer.bind(var, tvm.ir.Range.from_min_extent(1, 1 << 40))
+    analyzer = size_analyzer(size, start, end)
     start, end = (tirx.const(v, "int64") if isinstance(v, int) else v for v in (start, end))
     if not analyzer.can_prove(tirx.all(start >= 0, start <= end, end <= size)):
         return importer._slice(node)

@@ -19,6 +19,7 @@ from kokoro_tvm.compiler.ops.lstm import masked_lstm
 from kokoro_tvm.compiler.ops.masked_norm import (
     masked_adain_resblock,
     masked_adain_resblock1,
+    nearest_repeat,
     replicate_tail,
     zero_tail,
 )
@@ -62,12 +63,6 @@ def linear_resample(x: torch.Tensor, steps, scale: float) -> torch.Tensor:
     weight = (position - left.to(x.dtype)).clamp(0, 1)
     extended = torch.cat([x, x[..., length - 1 :]], dim=-1)
     return extended.index_select(-1, left) * (1 - weight) + extended.index_select(-1, left + 1) * weight
-
-
-def nearest_repeat(x: torch.Tensor, times: int) -> torch.Tensor:
-    """`F.interpolate(x, scale_factor=times, mode="nearest")` on [B, C, L]: every sample `times` times."""
-    b, c, length = x.shape
-    return x[..., None].expand(b, c, length, times).reshape(b, c, times * length)
 
 
 class ExportableNoiseSource(ExplicitNoiseSource):

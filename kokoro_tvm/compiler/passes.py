@@ -52,7 +52,9 @@ def _constant(expr) -> int | None:
     """A symbolic size expression reduced to a number, if it is one for every value of its variables."""
     if isinstance(expr, int):
         return expr
-    simplified = tvm.sym.Analyzer().simplify(expr)
+    from kokoro_tvm.compiler.symbolic import size_analyzer
+
+    simplified = size_analyzer(expr).simplify(expr)
     return int(simplified) if isinstance(simplified, tvm.tirx.IntImm) else None
 
 

@@ -36,6 +36,21 @@ class SymbolicShape:
         return self.max_tiles * LENGTH_TILE
 
 
+def size_analyzer(*exprs):
+    """TVM's arithmetic analyzer knowing that every free variable of `exprs` is a size of at least 1 (our
+    symbolic sizes are tile counts, `Dim(min=1)`; torch.export specializes sizes 0 and 1 otherwise). The
+    schedule rules, the Relax rewrites and the slice converter prove their facts with it."""
+    import tvm
+    from tvm import sym, tirx
+
+    analyzer = sym.Analyzer()
+    for expr in exprs:
+        if not isinstance(expr, int):
+            for var in tirx.analysis.undefined_vars(expr):
+                analyzer.bind(var, tvm.ir.Range.from_min_extent(1, 1 << 40))
+    return analyzer
+
+
 def default_shape(name: str) -> SymbolicShape:
     return SymbolicShape(name, MAX_TOKEN_TILES if component(name).axis == TOKENS else MAX_FRAME_TILES)
 

@@ -27,21 +27,25 @@ def _dynamic_shapes(name: str) -> tuple:
     )
 
 
-def dynamic_build(model, component: str, lengths: tuple[int, ...] = (64, 160), static: bool = True) -> dict:
+def dynamic_build(
+    model, component: str, lengths: tuple[int, ...] = (64, 160), weights_fingerprint: str | None = None
+) -> dict:
     """One build with a symbolic length (a whole number of kokoro_tvm.compiler.symbolic.LENGTH_TILE steps)
     through our export patches, converter table and CPU pipeline: the stage it reaches (export, import,
     compile, run), the error where it stops, and otherwise at each of `lengths` its relative L2 error and
-    largest difference from PyTorch and its run seconds (median of 3 after one warm-up), beside a static
-    build at that length (`static=True`: its relative L2 error and run seconds)."""
+    largest difference from PyTorch and its run seconds (median of 3 after one warm-up), beside the static
+    artifact of that length from the build cache (built there if missing) when `weights_fingerprint` names
+    the model's weights: its relative L2 error and run seconds."""
     import time
 
     from kokoro_tvm.compiled import compile_and_load
-    from kokoro_tvm.compiler.build import BuildSpec, relax_module
+    from kokoro_tvm.compiler.build import BuildSpec, build
     from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
     from kokoro_tvm.compiler.patches import export_patches
     from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
     from kokoro_tvm.compiler.symbolic import LENGTH_TILE, default_shape, symbolic_relax_module, tile_count
     from kokoro_tvm.reference.pt_dynamic import default_dtype
+    from kokoro_tvm.runtime.vm import ComponentRunner
 
     if any(n % LENGTH_TILE for n in lengths):
         raise ValueError(f"lengths must be multiples of {LENGTH_TILE}, got {lengths}")
@@ -74,7 +78,7 @@ def dynamic_build(model, component: str, lengths: tuple[int, ...] = (64, 160), s
 
     def run():
         runner = state["runner"]
-        report.update(rel_l2={}, max_abs_diff={}, run_s={}, static_rel_l2={}, static_run_s={}, static_compile_s={})
+        report.update(rel_l2={}, max_abs_diff={}, run_s={}, static_rel_l2={}, static_run_s={})
         for n in lengths:
             xs = example_inputs(ComponentShape(component, n), dtype)
             with torch.no_grad(), export_patches(model), default_dtype(dtype):
@@ -87,11 +91,8 @@ def dynamic_build(model, component: str, lengths: tuple[int, ...] = (64, 160), s
             report["rel_l2"][n] = max(float(np.linalg.norm(g - e) / np.linalg.norm(e)) for g, e in pairs)
             report["max_abs_diff"][n] = max(float(np.abs(g - e).max()) for g, e in pairs)
             report["run_s"][n] = timed(runner, tensors)
-            if static:
-                smod, sep, _ = relax_module(model, BuildSpec(component, n, report["dtype"]))
-                start = time.perf_counter()
-                fixed = compile_and_load(smod, params=params(sep), transform_params=TRANSFORM_PARAMS)
-                report["static_compile_s"][n] = time.perf_counter() - start
+            if weights_fingerprint is not None:
+                fixed = ComponentRunner(build(model, weights_fingerprint, BuildSpec(component, n, report["dtype"])))
                 static_tensors = fixed.device_inputs(*(x.numpy() for x in xs))
                 out = fixed.run_on_device(*static_tensors)
                 got = (out,) if hasattr(out, "numpy") else tuple(out[i] for i in range(len(out)))
@@ -140,10 +141,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--components", default=",".join(NAMES))
     parser.add_argument("--lengths", default="64,160")
     args = parser.parse_args(argv)
-    model, _ = load_kmodel()
+    model, weights = load_kmodel()
     lengths = tuple(int(n) for n in args.lengths.split(","))
     for name in args.components.split(","):
-        sys.stdout.write(json.dumps(dynamic_build(model, name, lengths)) + "\n")
+        sys.stdout.write(json.dumps(dynamic_build(model, name, lengths, weights.fingerprint)) + "\n")
         sys.stdout.flush()
 
 

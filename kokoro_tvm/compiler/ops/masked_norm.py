@@ -61,17 +61,18 @@ def masked_adain_resblock(block, x: torch.Tensor, s: torch.Tensor, lengths: torc
     residual = block.conv1(block.dropout(residual))
     residual = block.actv(masked_adain(block.norm2, residual, s, out_lengths))
     residual = block.conv2(block.dropout(residual))
-    shortcut = nearest_upsample2(x) if up else x
+    shortcut = nearest_repeat(x, 2) if up else x
     if block.learned_sc:
         shortcut = block.conv1x1(shortcut)
     return zero_tail((residual + shortcut) * torch.rsqrt(torch.tensor(2)), out_lengths), out_lengths
 
 
-def nearest_upsample2(x: torch.Tensor) -> torch.Tensor:
-    """`F.interpolate(x, scale_factor=2, mode="nearest")` on [B, C, L] as a broadcast and a reshape: the same
-    values (each frame twice), and it exports with a symbolic L (the interpolation's float scale does not)."""
+def nearest_repeat(x: torch.Tensor, times: int) -> torch.Tensor:
+    """`F.interpolate(x, scale_factor=times, mode="nearest")` on [B, C, L] as a broadcast and a reshape: the
+    same values (every sample `times` times), and it exports with a symbolic L (the interpolation's float
+    scale does not)."""
     b, c, steps = x.shape
-    return x[..., None].expand(b, c, steps, 2).reshape(b, c, 2 * steps)
+    return x[..., None].expand(b, c, steps, times).reshape(b, c, times * steps)
 
 
 def masked_adain_resblock1(block, x: torch.Tensor, s: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ contiguous output axis is a multiple of COLS; `kokoro_tvm.compiler.passes.AlignC
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 
@@ -28,6 +29,7 @@ from tvm.s_tir.dlight.base import ScheduleRule
 from tvm.s_tir.dlight.base.common_schedules import try_inline
 from tvm.s_tir.dlight.cpu import Reduction
 
+from kokoro_tvm.compiler.symbolic import size_analyzer as _analyzer
 from kokoro_tvm.compiler.targets import CPUGeometry, cpu_geometry
 
 log = logging.getLogger(__name__)
@@ -54,16 +56,6 @@ def _tiles(geometry: CPUGeometry) -> tuple[tuple[int, int], tuple[int, int]]:
 # least this long?) and answer them by proof for every k >= 1, never by one value; only the choice between two
 # equally valid tile orders looks at a size, and for a symbolic one it uses REPRESENTATIVE_TILES.
 REPRESENTATIVE_TILES = 8  # k = 8: 256 tokens or frames, near the corpus median (NOTES/dynamic_shapes.md)
-
-
-def _analyzer(*exprs) -> sym.Analyzer:
-    """An analyzer that knows every free variable of `exprs` (the tile counts) is at least 1."""
-    analyzer = sym.Analyzer()
-    for expr in exprs:
-        if not isinstance(expr, int):
-            for var in tirx.analysis.undefined_vars(expr):
-                analyzer.bind(var, tvm.ir.Range.from_min_extent(1, 1 << 30))
-    return analyzer
 
 
 def _extent(sch: s_tir.Schedule, loop):
@@ -340,15 +332,13 @@ class Contraction(_CPURule):
             # beyond the region analysis, which then sized the accumulator as the whole output on the stack
             # (a 9 s kernel that overwrote memory). Static tile loops outside in parallel, the symbolic one
             # inside, and the tile's accumulator placed under it.
-            static = [loop for loop in outer if isinstance(_extent(sch, loop), int)]
-            if isinstance(row_extent, int) or isinstance(col_extent, int):
-                first, second = (row_o, col_o) if isinstance(row_extent, int) else (col_o, row_o)
-                static.append(first)
-            else:  # both symbolic (attention scores T x T): parallel over the static outer loops only
-                first, second = row_o, col_o
+            only_cols_static = isinstance(col_extent, int) and not isinstance(row_extent, int)
+            first, second = (col_o, row_o) if only_cols_static else (row_o, col_o)
             sch.reorder(*outer, first, second, *reduce, row_i, col_i)
-            if static == [*outer, first][: len(static)] and static:
-                sch.parallel(sch.fuse(*static) if len(static) > 1 else static[0])
+            # the leading static loops (both tile loops symbolic, as attention scores T x T: the outer ones)
+            parallel = list(itertools.takewhile(lambda loop: isinstance(_extent(sch, loop), int), [*outer, first]))
+            if parallel:
+                sch.parallel(sch.fuse(*parallel) if len(parallel) > 1 else parallel[0])
             anchor = second
         # decided before cache_write, which makes the main block write the accumulator instead of the buffer the
         # epilogue reads (checked after it, every epilogue ran as its own pass over the whole output)
