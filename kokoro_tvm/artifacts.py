@@ -47,6 +47,11 @@ class Artifact:
     def component(self) -> str:
         return self.manifest["key"]["component"]
 
+    @property
+    def length_tile(self) -> int | None:
+        """A symbolic-length build's tile (its callers pass the tile count after the inputs); None if static."""
+        return self.manifest.get("length_tile")
+
     @classmethod
     def open(cls, folder: Path) -> Artifact:
         """Read an artifact folder written by kokoro_tvm.compiler.build (manifest.json, component.so)."""

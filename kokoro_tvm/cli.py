@@ -147,6 +147,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         weights=args.weights,
         bucket=args.bucket,
         device=args.device,
+        buckets=args.buckets,
     )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
@@ -208,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--buckets",
         default="default",
         help="TVM shapes: a bucket set (default, pow2, geo1.5, geo1.25, earlier, align32, "
-        "'tokens=..;frames=..') or 'exact' (one build per length)",
+        "'tokens=..;frames=..'), 'dynamic' (one symbolic-length build per component) or 'exact' (one build per length)",
     )
     say.add_argument("--phonemes", action="store_true", help="TEXT is a Kokoro phoneme string")
     say.add_argument("--seed", type=int, default=0, help="seed of SineGen's noise (default 0)")
@@ -229,7 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.set_defaults(func=cmd_gpu_build)
 
     compile_ = sub.add_parser("compile", help="precompile every artifact of a bucket set into the cache")
-    compile_.add_argument("--buckets", default="default", help="a bucket set name or 'tokens=..;frames=..'")
+    compile_.add_argument(
+        "--buckets", default="default", help="a bucket set name, 'tokens=..;frames=..' or 'dynamic' (5 symbolic builds)"
+    )
     compile_.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
     compile_.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     compile_.set_defaults(func=cmd_compile)
@@ -240,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
     compare.add_argument("--seed", type=int, default=0, help="seed of the SineGen noise both backends get")
     compare.add_argument("--bucket", type=int, help="pad the aligned-frame axis to N frames (default: exact)")
+    compare.add_argument(
+        "--buckets", default="exact", help="TVM's shapes: 'exact' (default), a bucket set, or 'dynamic' (as for say)"
+    )
     compare.add_argument("--json", action="store_true", help="one JSON line")
     compare.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     compare.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (where one exists)")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kokoro_tvm.config import N_HARMONICS, SAMPLES_PER_FRAME, STYLE_DIM
+from kokoro_tvm.config import MAX_POSITIONS, N_HARMONICS, SAMPLES_PER_FRAME, STYLE_DIM
 
 TOKENS, FRAMES = "tokens", "frames"  # the two length axes
 
@@ -168,3 +168,12 @@ def lengths_for(names, tokens: int, frames: int) -> dict[str, int]:
 
 TOKEN_COMPONENTS = on_axis(TOKENS)
 FRAME_COMPONENTS = on_axis(FRAMES)
+
+# Symbolic-length builds (kokoro_tvm.compiler.symbolic; `--buckets dynamic`): one build per component takes
+# every length that is a whole number of LENGTH_TILE steps, up to the axis's largest. The tile is the CPU conv
+# kernel's column tile and the row tile's largest choice, so every split the schedule rules make divides.
+LENGTH_TILE = 32
+SYMBOLIC_MAX_LENGTH = {
+    TOKENS: MAX_POSITIONS,  # one utterance's tokens, pads included (ALBERT's positions)
+    FRAMES: 5120,  # 128 s of audio (600 samples a frame); the longest the float64 parity checks cover
+}

@@ -10,6 +10,8 @@ from kokoro_tvm.runtime.buckets import (
     DEFAULT_SET,
     BucketSet,
     BucketSpecError,
+    DynamicLengths,
+    TooLongError,
     geometric,
     parse_buckets,
 )
@@ -47,12 +49,27 @@ def test_tokens_past_the_last_bucket_round_to_align_within_albert_positions():
         ("tokens=64;frames=", "no frame buckets"),
         ("tokens=1024;frames=64", "stop at 512"),
         ("tokens=a;frames=64", "integers"),
-        ("dynamic", "not offered"),
     ],
 )
 def test_bad_bucket_specs_are_clear_errors(spec, message):
     with pytest.raises(BucketSpecError, match=message):
         parse_buckets(spec)
+
+
+@pytest.mark.parametrize("n, expected", [(1, 32), (32, 32), (33, 64), (510, 512), (512, 512)])
+def test_dynamic_lengths_pad_to_a_whole_tile(n, expected):
+    dynamic = parse_buckets("dynamic")
+    assert isinstance(dynamic, DynamicLengths) and dynamic.symbolic and dynamic.artifacts == 5
+    assert dynamic.token_bucket(n) == expected and dynamic.frame_bucket(n) == expected
+    assert dynamic.frame_bucket(5120) == 5120
+
+
+def test_dynamic_lengths_refuse_what_they_cannot_hold():
+    dynamic = DynamicLengths()
+    with pytest.raises(ValueError, match="1..512 tokens"):
+        dynamic.token_bucket(MAX_POSITIONS + 1)
+    with pytest.raises(TooLongError, match=r"needs 5121 frames.*at most 5120 \(128 s\)"):
+        dynamic.frame_bucket(5121)  # refused in one line, never cut to 5120
 
 
 def test_explicit_and_named_specs():

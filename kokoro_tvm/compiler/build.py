@@ -1,10 +1,13 @@
 """Build one component: export -> import -> Relax pipeline (kokoro_tvm.compiler.pipeline) -> library, cached.
 
-An artifact is one component at one static shape and dtype for one target: a shared library (the Relax VM
-executable, weights kept as parameters) plus a manifest. Parameters are stored once per (weights,
-component, dtype) as .npz and shared by every shape. The cache key covers the weights fingerprint,
-component, shape, dtype, the export/convert recipe version, the TVM version and the target; a manifest that
-does not match, or a file whose sha256 differs from its manifest, is rebuilt with a log line, never used.
+An artifact is one component at one shape and dtype for one target: a shared library (the Relax VM
+executable, weights kept as parameters) plus a manifest. The shape is one static length, or (`symbolic=True`)
+every whole number of kokoro_tvm.components.LENGTH_TILE steps up to `length` (kokoro_tvm.compiler.symbolic;
+its manifest records `length_tile`, and a caller passes the tile count after the inputs). Parameters are
+stored once per (weights, component, dtype) as .npz and shared by every shape. The cache key covers the
+weights fingerprint, component, shape, dtype, the export/convert recipe version, the TVM version and the
+target; a manifest that does not match, or a file whose sha256 differs from its manifest, is rebuilt with a
+log line, never used.
 """
 
 from __future__ import annotations
@@ -23,29 +26,39 @@ from kokoro_tvm.artifacts import Artifact, ArtifactError, file_sha256, params_di
 from kokoro_tvm.compiler.export import ComponentShape
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
 from kokoro_tvm.compiler.targets import DTYPES, check_dtype, host_target
-from kokoro_tvm.components import FRAME_COMPONENTS, TOKEN_COMPONENTS
+from kokoro_tvm.components import FRAME_COMPONENTS, LENGTH_TILE, NAMES, SYMBOLIC_MAX_LENGTH, TOKEN_COMPONENTS
+from kokoro_tvm.components import component as component_info
 from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 
 log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops or converters change what a build computes.
+# recipe 22: symbolic builds: tile buffers compacted to a fixed size, the VM's shape function marked noalias
 # recipe 21: ALBERT position ids explicit, nearest x2 and SineGen interpolation as gathers (same values)
 # recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
 # by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
-RECIPE_VERSION = "21-symbolic-ready"
+RECIPE_VERSION = "22-symbolic-runtime"
 
 
 @dataclass(frozen=True)
 class BuildSpec:
     component: str
-    length: int  # tokens T or frames F
+    length: int  # tokens T or frames F; symbolic: the largest length the build takes
     dtype: str = "float32"
     batch: int = 1
+    symbolic: bool = False
 
     def __post_init__(self):
         ComponentShape(self.component, self.length, self.batch)  # validates component and sizes
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.symbolic and (self.length % LENGTH_TILE or self.batch != 1):
+            raise ValueError(f"a symbolic build takes batch 1 and a multiple of {LENGTH_TILE}, got {self}")
+
+    @classmethod
+    def dynamic(cls, component: str, dtype: str = "float32") -> BuildSpec:
+        """The symbolic-length build of `component`: every tile count up to its axis's largest length."""
+        return cls(component, SYMBOLIC_MAX_LENGTH[component_info(component).axis], dtype, symbolic=True)
 
     @property
     def shape(self) -> ComponentShape:
@@ -57,10 +70,13 @@ def relax_module(model, spec: BuildSpec):
     Returns (module, exported program, {"export": s, "import": s})."""
     from kokoro_tvm.compiler.converters import to_relax
     from kokoro_tvm.compiler.export import export_component
+    from kokoro_tvm.compiler.symbolic import SymbolicShape, symbolic_relax_module
     from kokoro_tvm.reference.pt_dynamic import default_dtype
 
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
+    if spec.symbolic:
+        return symbolic_relax_module(model, SymbolicShape(spec.component, spec.length // LENGTH_TILE))
     t0 = time.perf_counter()
     exported = export_component(model, spec.shape)
     t1 = time.perf_counter()
@@ -76,8 +92,11 @@ def _key(fields: dict) -> str:
 def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
     import tvm
 
+    shape = asdict(spec)
+    if not spec.symbolic:
+        del shape["symbolic"]  # static keys as before the field existed: their cached artifacts stay valid
     return dict(
-        asdict(spec),
+        shape,
         weights=weights_fingerprint,
         recipe=RECIPE_VERSION,
         tvm=tvm.__version__,
@@ -103,7 +122,8 @@ def _valid(folder: Path, fields: dict) -> Artifact | None:
 
 
 def _folder(spec: BuildSpec, fields: dict) -> Path:
-    return cache_dir() / "artifacts" / f"{spec.component}-{spec.dtype}-b{spec.batch}-n{spec.length}-{_key(fields)}"
+    length = f"upto{spec.length}" if spec.symbolic else f"n{spec.length}"
+    return cache_dir() / "artifacts" / f"{spec.component}-{spec.dtype}-b{spec.batch}-{length}-{_key(fields)}"
 
 
 def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None) -> Artifact:
@@ -137,9 +157,10 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
 
     check_dtype(spec.dtype, target["kind"])
     log.info(
-        "building %s (%s, length %d, batch %d) for %s",
+        "building %s (%s, length %s%d, batch %d) for %s",
         spec.component,
         spec.dtype,
+        "symbolic up to " if spec.symbolic else "",
         spec.length,
         spec.batch,
         target.get("mcpu", target["kind"]),
@@ -176,6 +197,7 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
         "params_digest": digest,
         "transform_params": TRANSFORM_PARAMS if TRANSFORM_PARAMS in {gv.name_hint for gv in mod.functions} else None,
         "library_sha256": file_sha256(library),
+        "length_tile": LENGTH_TILE if spec.symbolic else None,
         "seconds": seconds,
         "relax_lines": relax_lines,
     }
@@ -199,18 +221,22 @@ def _write_params(path: Path, arrays: dict[str, np.ndarray], names: list[str], d
 
 class OnDemandBuilder:
     """An artifact provider `(component, length) -> Artifact` for kokoro_tvm.runtime.kokoro.TVMKokoro: builds (or
-    finds in the cache) each shape on first use."""
+    finds in the cache) each shape on first use; length None is the component's symbolic-length build."""
 
     def __init__(self, model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None):
         self.model, self.weights_fingerprint, self.dtype = model, weights_fingerprint, dtype
         self.target = target or host_target()
 
-    def __call__(self, component: str, length: int) -> Artifact:
-        return build(self.model, self.weights_fingerprint, BuildSpec(component, length, self.dtype), self.target)
+    def __call__(self, component: str, length: int | None) -> Artifact:
+        spec = BuildSpec.dynamic(component, self.dtype) if length is None else BuildSpec(component, length, self.dtype)
+        return build(self.model, self.weights_fingerprint, spec, self.target)
 
 
 def bucket_specs(buckets, dtype: str = "float32") -> list[BuildSpec]:
-    """Every (component, length) a bucket set needs, token axis first, smallest first."""
+    """Every (component, length) a bucket set needs, token axis first, smallest first; for the symbolic set
+    (kokoro_tvm.runtime.buckets.DynamicLengths) one symbolic build per component."""
+    if buckets.symbolic:
+        return [BuildSpec.dynamic(name, dtype) for name in NAMES]
     return [BuildSpec(c, n, dtype) for n in buckets.tokens for c in TOKEN_COMPONENTS] + [
         BuildSpec(c, n, dtype) for n in buckets.frames for c in FRAME_COMPONENTS
     ]
@@ -236,6 +262,7 @@ def precompile(model, weights_fingerprint: str, buckets, dtype: str = "float32",
             {
                 "component": spec.component,
                 "length": spec.length,
+                "symbolic": spec.symbolic,
                 "dtype": dtype,
                 "cached": cached,
                 "seconds": time.perf_counter() - start,

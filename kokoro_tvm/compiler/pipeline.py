@@ -9,9 +9,12 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
 2. dispatch  the backend's library dispatch (sampling, sort/scan)
 3. legalize  Relax ops -> TIR, fused (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR)
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
-             dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU
+             dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
+             then tile buffers of symbolic-length functions compacted to a fixed size
+             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers)
 5. lower     the backend's dataflow lowering
-6. finalize  the backend's memory planning and VM lowering
+6. finalize  the backend's memory planning and VM lowering; the VM's shape functions marked noalias
+             (kokoro_tvm.compiler.symbolic.RestrictShapeFunctions)
 
 `dump_dir` (or the KOKORO_TVM_DUMP_IR variable) writes the module after each phase as TVMScript
 (`<NN>_<phase>.py`), for reading a build, never into a notebook.
@@ -52,6 +55,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from tvm.s_tir import dlight
 
     from kokoro_tvm.compiler.passes import AlignConvLengths, IntegerPowers, PolyphaseConvTranspose, VectorizableSine
+    from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 
     target = _target(target)
     gpu = target.kind.name in GPU_KINDS
@@ -81,9 +85,9 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         ("rewrite", rewrites),
         ("dispatch", backend.library_dispatch_passes(target)),
         ("legalize", legalize + count),
-        ("schedule", [dlight.ApplyDefaultSchedule(*rules)]),
+        ("schedule", [dlight.ApplyDefaultSchedule(*rules), CompactSymbolicBuffers()]),
         ("lower", backend.dataflow_lower_passes(target)),
-        ("finalize", backend.finalize_passes(target)),
+        ("finalize", [*backend.finalize_passes(target), RestrictShapeFunctions()]),
     ]
 
 

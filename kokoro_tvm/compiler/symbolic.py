@@ -9,18 +9,27 @@ static bucket; the padding a caller adds is at most LENGTH_TILE - 1 steps, maske
 The Relax VM binds a symbolic size only from a plain dimension, never from `32 * k`, so the module gains one
 input after the user inputs: `tiles`, the shape `(k,)` (`add_tile_count`); a caller passes it with the inputs
 (`tile_count`). Memory planning gets k's upper bound from the `Dim` (`tir_var_upper_bound`).
+
+TVM's buffer compaction does not know that k >= 1, so it sized a conv tile's register accumulator
+`min(3840 * k + 32, 8)` instead of 8: a variable-size buffer that LLVM cannot keep in registers (the generator's
+last stage ran at 37 instead of 99 GFLOP/s). `CompactSymbolicBuffers` compacts the buffers of every PrimFunc
+with a symbolic shape before TVM's lowering, without clipping to the buffer's extent (the schedule rules only
+tile loops they proved divisible, so no tile runs past the end).
+
+A symbolic build also holds the VM's `shape_func` (shape arithmetic on a heap of sizes), the one PrimFunc
+without the `tirx.noalias` attribute. Compiled into the same LLVM module, it cost every kernel its alias
+information (TVM's LLVM code generation: a measured effect, not a documented one): the conv accumulators were
+stored to memory after every multiply-add and the inputs reloaded, half the static build's speed.
+`RestrictShapeFunctions` marks such a function noalias when it has a single buffer parameter (nothing it
+could alias).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kokoro_tvm.components import TOKENS, component
-from kokoro_tvm.config import MAX_PHONEMES
+from kokoro_tvm.components import LENGTH_TILE, SYMBOLIC_MAX_LENGTH, component
 
-LENGTH_TILE = 32  # the CPU conv kernel's column tile and the row tile's largest choice: every split divides
-MAX_TOKEN_TILES = -(-MAX_PHONEMES // LENGTH_TILE)  # one utterance's tokens, pads included, fit
-MAX_FRAME_TILES = 160  # 5120 aligned frames: the longest bucket the fp64 parity checks cover
 TILE_INPUT = "tiles"
 
 
@@ -52,7 +61,7 @@ def size_analyzer(*exprs):
 
 
 def default_shape(name: str) -> SymbolicShape:
-    return SymbolicShape(name, MAX_TOKEN_TILES if component(name).axis == TOKENS else MAX_FRAME_TILES)
+    return SymbolicShape(name, SYMBOLIC_MAX_LENGTH[component(name).axis] // LENGTH_TILE)
 
 
 def tile_count(length: int) -> int:
@@ -131,3 +140,58 @@ def symbolic_relax_module(model, shape: SymbolicShape):
     with default_dtype(next(model.parameters()).dtype):
         mod = lift_weight_transforms(add_tile_count(to_relax(exported, keep_params_as_input=True)))
     return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
+
+
+def CompactSymbolicBuffers():  # noqa: N802 (TVM pass naming)
+    """A module pass for the scheduled module: every PrimFunc whose buffers have a symbolic shape gets its
+    blocks lowered and its buffers compacted to the region each loop nest touches, not clipped by the
+    buffer's extent (`CompactBufferAllocation(is_strict=False)`), so tile buffers have a fixed size. PrimFuncs
+    with static shapes are left to TVM's lowering as before (their builds are unchanged)."""
+    import tvm
+    from tvm import s_tir, tirx
+
+    compact = tvm.transform.Sequential(
+        [
+            s_tir.transform.LowerInitBlock(),
+            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+            s_tir.transform.ConvertBlocksToOpaque(),
+            s_tir.transform.CompactBufferAllocation(is_strict=False),
+        ]
+    )
+
+    def symbolic(func) -> bool:  # a size variable is passed as a scalar parameter beside the buffers
+        return any(isinstance(param.ty, tvm.ir.PrimType) for param in func.params)
+
+    @tvm.transform.module_pass(opt_level=0, name="CompactSymbolicBuffers")
+    def _pass(mod, _ctx):
+        updates = {}
+        for gv, func in mod.functions_items():
+            if isinstance(func, tirx.PrimFunc) and symbolic(func):
+                updates[gv] = compact(tvm.IRModule({gv: func}))[gv]
+        for gv, func in updates.items():
+            mod[gv] = func
+        return mod
+
+    return _pass
+
+
+def RestrictShapeFunctions():  # noqa: N802 (TVM pass naming)
+    """A module pass for the finished module: a PrimFunc with one buffer parameter and no `tirx.noalias`
+    attribute (the VM's shape_func) gets it, so that it does not spoil the alias information of the kernels
+    compiled beside it. Exact: a function with a single buffer has nothing to alias."""
+    import tvm
+    from tvm import tirx
+
+    @tvm.transform.module_pass(opt_level=0, name="RestrictShapeFunctions")
+    def _pass(mod, _ctx):
+        updates = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, tirx.PrimFunc) or (func.attrs and "tirx.noalias" in func.attrs):
+                continue
+            if sum(not isinstance(param.ty, tvm.ir.PrimType) for param in func.params) <= 1:
+                updates[gv] = func.with_attr("tirx.noalias", True)
+        for gv, func in updates.items():
+            mod[gv] = func
+        return mod
+
+    return _pass

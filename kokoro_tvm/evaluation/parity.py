@@ -47,18 +47,24 @@ def compare_text(
     speed: float = 1.0,
     bucket: int | None = None,
     device: str = "cpu",
+    buckets: str = "exact",
 ) -> dict:
     """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision`.
-    `bucket`: pad the aligned-frame axis to that many frames (and the token axis to token_bucket_for(T));
-    None: exact shapes."""
+    `buckets`: 'exact' (each length compiled as it is), a bucket set, or 'dynamic' (the symbolic-length
+    builds) as for `say`; `bucket`: with 'exact', pad the aligned-frame axis to that many frames (and the
+    token axis to token_bucket_for(T))."""
     import torch
 
     from kokoro_tvm.compiled import check_device, compiled_kokoro
     from kokoro_tvm.reference.pt_dynamic import run_stages
+    from kokoro_tvm.runtime.buckets import parse_buckets
     from kokoro_tvm.weights.resolve import load_kmodel
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if bucket is not None and buckets != "exact":
+        raise ValueError("--bucket pads one utterance by hand; it goes with --buckets exact only")
+    bucket_set = None if buckets == "exact" else parse_buckets(buckets)
     check_device(device, PRECISIONS[precision])  # before any text, weights or build work
     chunks = prepare(text=text)
     if len(chunks) != 1:
@@ -70,7 +76,7 @@ def compare_text(
     noise = SeededNoise(seed)
     reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
     token_bucket = token_bucket_for(len(chunk.padded_ids)) if bucket is not None else None
-    compiled = compiled_kokoro(model, info.fingerprint, dtype, device=device).run_stages(
+    compiled = compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device).run_stages(
         chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket
     )
     return {
@@ -80,8 +86,10 @@ def compare_text(
         "device": device,
         "tokens": int(reference.token_ids.shape[0]),
         "frames": reference.n_frames,
+        "buckets": bucket_set.describe() if bucket_set else "exact",
         "bucket": bucket,
         "token_bucket": token_bucket,
+        "shapes": {"tokens": compiled.buckets[0], "frames": compiled.buckets[1]},
         "durations_equal": bool(np.array_equal(reference.durations, compiled.durations)),
         "stages": stage_errors(reference, compiled),
         **audio_metrics(reference.audio, compiled.audio),

@@ -1,4 +1,5 @@
-"""Bucket sets: which static lengths get compiled, and which one an utterance runs in. Imports neither torch nor TVM.
+"""Bucket sets: which static lengths get compiled, and which one an utterance runs in; or DynamicLengths, one
+symbolic-length build per component. Imports neither torch nor TVM.
 
 Two independent axes: tokens T (ALBERT, duration, text encoder; at most MAX_POSITIONS) and aligned frames F
 (F0N, decoder). An utterance runs in the smallest bucket of each axis that holds it; the masked components make
@@ -13,8 +14,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kokoro_tvm.components import FRAME_COMPONENTS, TOKEN_COMPONENTS
-from kokoro_tvm.config import MAX_POSITIONS
+from kokoro_tvm.components import (
+    FRAME_COMPONENTS,
+    FRAMES,
+    LENGTH_TILE,
+    NAMES,
+    SYMBOLIC_MAX_LENGTH,
+    TOKEN_COMPONENTS,
+    TOKENS,
+)
+from kokoro_tvm.config import MAX_POSITIONS, SAMPLE_RATE, SAMPLES_PER_FRAME
 
 # Every bucket is a multiple of ALIGN: the CPU schedules tile the contiguous axis 32 wide (the register tile for
 # float32), so ALBERT's attention (T x T) and the generator's convolutions never fall to the slow fallback.
@@ -36,6 +45,7 @@ class BucketSet:
     tokens: tuple[int, ...]
     frames: tuple[int, ...]
     overflow: int = OVERFLOW_FRAMES  # frame lengths past frames[-1] round up to a multiple of this
+    symbolic = False  # one static build per bucket (DynamicLengths: one symbolic build per component)
 
     def __post_init__(self):
         for axis, sizes in (("token", self.tokens), ("frame", self.frames)):
@@ -67,6 +77,46 @@ class BucketSet:
 
     def describe(self) -> str:
         return f"{self.name}: tokens {list(self.tokens)}, frames {list(self.frames)}, then multiples of {self.overflow}"
+
+
+class TooLongError(ValueError):
+    """An utterance longer than the symbolic-length builds take (never truncated)."""
+
+
+@dataclass(frozen=True)
+class DynamicLengths:
+    """`--buckets dynamic`: one symbolic-length build per component (kokoro_tvm.compiler.symbolic) runs every
+    length, padded up to the next multiple of LENGTH_TILE (at most LENGTH_TILE - 1 masked steps). Lengths past
+    SYMBOLIC_MAX_LENGTH are refused with one line, never truncated."""
+
+    name: str = "dynamic"
+    tile: int = LENGTH_TILE
+    max_tokens: int = SYMBOLIC_MAX_LENGTH[TOKENS]
+    max_frames: int = SYMBOLIC_MAX_LENGTH[FRAMES]
+    symbolic = True
+    artifacts = len(NAMES)
+
+    def token_bucket(self, n_tokens: int) -> int:
+        if not 1 <= n_tokens <= self.max_tokens:
+            raise ValueError(f"an utterance has 1..{self.max_tokens} tokens, got {n_tokens}")
+        return round_up(n_tokens, self.tile)
+
+    def frame_bucket(self, n_frames: int) -> int:
+        if n_frames < 1:
+            raise ValueError(f"an utterance has at least one frame, got {n_frames}")
+        if n_frames > self.max_frames:
+            seconds = self.max_frames * SAMPLES_PER_FRAME / SAMPLE_RATE
+            raise TooLongError(
+                f"this utterance needs {n_frames} frames; the dynamic build speaks at most {self.max_frames} "
+                f"({seconds:.0f} s) per chunk: use a faster speed, shorter sentences or --buckets default"
+            )
+        return round_up(n_frames, self.tile)
+
+    def describe(self) -> str:
+        return (
+            f"{self.name}: one symbolic build per component, lengths padded to multiples of {self.tile} "
+            f"(up to {self.max_tokens} tokens, {self.max_frames} frames)"
+        )
 
 
 def geometric(lo: int, hi: int, ratio: float) -> tuple[int, ...]:
@@ -105,22 +155,20 @@ CANDIDATES: dict[str, BucketSet] = {
 DEFAULT_SET = "geo1.25"
 
 
-def parse_buckets(spec: str) -> BucketSet:
-    """A named set (see CANDIDATES, 'default') or an explicit one: 'tokens=64,128,512;frames=256,1024'."""
+def parse_buckets(spec: str) -> BucketSet | DynamicLengths:
+    """A named set (see CANDIDATES, 'default'), 'dynamic' (DynamicLengths) or an explicit set:
+    'tokens=64,128,512;frames=256,1024'."""
     spec = spec.strip()
     if spec == "default":
         return CANDIDATES[DEFAULT_SET]
     if spec in CANDIDATES:
         return CANDIDATES[spec]
     if spec == "dynamic":
-        raise BucketSpecError(
-            "dynamic shapes are not offered: on TVM 0.27 three of five components fail to build with a symbolic "
-            "length, and the two that build run 40-120x slower than static buckets (NOTES/bucketing.md)"
-        )
+        return DynamicLengths()
     fields = dict(part.split("=", 1) for part in spec.split(";") if "=" in part)
     if set(fields) != {"tokens", "frames"}:
         raise BucketSpecError(
-            f"unknown bucket set {spec!r}: use one of {', '.join(['default', *CANDIDATES])} "
+            f"unknown bucket set {spec!r}: use one of {', '.join(['default', 'dynamic', *CANDIDATES])} "
             "or 'tokens=64,128,...;frames=256,512,...'"
         )
     try:

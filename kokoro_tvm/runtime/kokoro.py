@@ -5,7 +5,8 @@ alignment as a gather -> F0N and text encoder -> (host) gather -> decoder, with 
 Artifacts come from a provider `(component, length) -> Artifact`, so building (which needs torch) stays in
 kokoro_tvm.compiler and this package only loads and runs (kokoro_tvm.compiled joins the two). With a
 kokoro_tvm.runtime.buckets.BucketSet, each utterance runs in the smallest token and frame buckets that hold it;
-without one, at its exact lengths.
+with DynamicLengths, in one symbolic-length build per component at its lengths rounded up to a whole tile (the
+provider is asked for length None, and each call passes the tile count); without either, at its exact lengths.
 """
 
 from __future__ import annotations
@@ -19,20 +20,24 @@ from kokoro_tvm.artifacts import Artifact
 from kokoro_tvm.config import SAMPLES_PER_FRAME, STYLE_DIM
 from kokoro_tvm.reference.noise import NoiseSource, ZeroNoise
 from kokoro_tvm.reference.stages import Stages, alignment_from_durations, durations_from_logits
-from kokoro_tvm.runtime.buckets import BucketSet
+from kokoro_tvm.runtime.buckets import BucketSet, DynamicLengths
 from kokoro_tvm.runtime.devices import require_device
 from kokoro_tvm.runtime.vm import ComponentRunner
 
 log = logging.getLogger(__name__)
 
-ArtifactProvider = Callable[[str, int], Artifact]
+ArtifactProvider = Callable[[str, int | None], Artifact]  # length None: the symbolic-length build
 
 class TVMKokoro:
     """The compiled model for one dtype on one device ("cpu", or "metal"/"cuda" with artifacts built for it);
     components are loaded on first use of each shape and kept."""
 
     def __init__(
-        self, provider: ArtifactProvider, dtype: str = "float32", buckets: BucketSet | None = None, device: str = "cpu"
+        self,
+        provider: ArtifactProvider,
+        dtype: str = "float32",
+        buckets: BucketSet | DynamicLengths | None = None,
+        device: str = "cpu",
     ):
         if device != "cpu":
             require_device(device)
@@ -40,13 +45,24 @@ class TVMKokoro:
         self.dtype = np.dtype(dtype)
         self.buckets = buckets
         self.device = device
-        self._runners: dict[tuple[str, int], ComponentRunner] = {}
+        self._runners: dict[tuple[str, int | None], ComponentRunner] = {}
 
     def runner(self, component: str, length: int) -> ComponentRunner:
-        key = (component, length)
+        """The loaded component that runs `length` steps: its static build, or its symbolic build."""
+        key = (component, None if self.buckets is not None and self.buckets.symbolic else length)
         if key not in self._runners:
-            self._runners[key] = ComponentRunner(self.provider(component, length), self.device)
+            self._runners[key] = ComponentRunner(self.provider(*key), self.device)
         return self._runners[key]
+
+    def run_component(self, component: str, length: int, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Run `component` on inputs padded to `length` steps (a symbolic build also gets its tile count)."""
+        runner = self.runner(component, length)
+        tile = runner.artifact.length_tile
+        if tile is None:
+            return runner(*inputs)
+        if length % tile:
+            raise ValueError(f"{component}: length {length} is not a whole number of {tile}-step tiles")
+        return runner(*inputs, runner.shape(length // tile))
 
     def run_stages(
         self,
@@ -74,8 +90,8 @@ class TVMKokoro:
         ids_b = _pad_last(ids, t_bucket)  # pad token 0 past the end
         mask_b = _pad_last(np.ones_like(ids), t_bucket)
 
-        (d_en,) = self.runner("albert", t_bucket)(ids_b, mask_b)
-        duration_logits, d = self.runner("duration", t_bucket)(d_en, prosody, token_lengths)
+        (d_en,) = self.run_component("albert", t_bucket, ids_b, mask_b)
+        duration_logits, d = self.run_component("duration", t_bucket, d_en, prosody, token_lengths)
         duration_logits, d = duration_logits[:, :n_tokens], d[:, :n_tokens]
         durations = durations_from_logits(duration_logits, speed)
         alignment = alignment_from_durations(durations)
@@ -85,14 +101,16 @@ class TVMKokoro:
         f_bucket = _bucket(frame_bucket, n_frames, "frame")
         frame_lengths = np.array([n_frames], dtype=np.int64)
         en = np.ascontiguousarray(d.transpose(0, 2, 1)[:, :, alignment])  # [1, 640, F]
-        F0, N = self.runner("f0n", f_bucket)(_pad_last(en, f_bucket), prosody, frame_lengths)
-        (t_en,) = self.runner("text_encoder", t_bucket)(ids_b, token_lengths)
+        F0, N = self.run_component("f0n", f_bucket, _pad_last(en, f_bucket), prosody, frame_lengths)
+        (t_en,) = self.run_component("text_encoder", t_bucket, ids_b, token_lengths)
         t_en = t_en[:, :, :n_tokens]
         asr = np.ascontiguousarray(t_en[:, :, alignment])  # [1, 512, F]
         sine = noise.sine_noise(n_frames * SAMPLES_PER_FRAME, batch=1, stream=stream)
         additive = np.zeros((1, f_bucket * SAMPLES_PER_FRAME, sine.additive.shape[2]), dtype=self.dtype)
         additive[:, : sine.n_samples] = sine.additive
-        (audio,) = self.runner("decoder", f_bucket)(
+        (audio,) = self.run_component(
+            "decoder",
+            f_bucket,
             _pad_last(asr, f_bucket),
             F0,
             N,

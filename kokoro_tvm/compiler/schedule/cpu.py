@@ -333,12 +333,25 @@ class Contraction(_CPURule):
             # (a 9 s kernel that overwrote memory). Static tile loops outside in parallel, the symbolic one
             # inside, and the tile's accumulator placed under it.
             only_cols_static = isinstance(col_extent, int) and not isinstance(row_extent, int)
-            first, second = (col_o, row_o) if only_cols_static else (row_o, col_o)
-            sch.reorder(*outer, first, second, *reduce, row_i, col_i)
-            # the leading static loops (both tile loops symbolic, as attention scores T x T: the outer ones)
-            parallel = list(itertools.takewhile(lambda loop: isinstance(_extent(sch, loop), int), [*outer, first]))
-            if parallel:
-                sch.parallel(sch.fuse(*parallel) if len(parallel) > 1 else parallel[0])
+            only_rows_static = isinstance(row_extent, int) and not isinstance(col_extent, int)
+            single = all(_extent(sch, loop) == 1 if isinstance(_extent(sch, loop), int) else False for loop in outer)
+            if only_rows_static and not rows_outer and single:
+                # a conv over a symbolic length whose input outweighs its weights: walk the rows of one column
+                # slab as a static build does (each input slab read once, the weights stay in cache), the
+                # symbolic column-tile loop in parallel on its own. Rows outside instead streamed the whole
+                # input once per row slab: the generator's last stage ran 2-3x slower than its static build.
+                first, second = col_o, row_o
+                sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+                sch.parallel(first)
+            else:
+                first, second = (col_o, row_o) if only_cols_static else (row_o, col_o)
+                sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+                # the leading static loops (both tile loops symbolic, as attention scores T x T: the outer ones)
+                parallel = list(
+                    itertools.takewhile(lambda loop: isinstance(_extent(sch, loop), int), [*outer, first])
+                )
+                if parallel:
+                    sch.parallel(sch.fuse(*parallel) if len(parallel) > 1 else parallel[0])
             anchor = second
         # decided before cache_write, which makes the main block write the accumulator instead of the buffer the
         # epilogue reads (checked after it, every epilogue ran as its own pass over the whole output)

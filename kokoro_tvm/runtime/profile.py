@@ -1,0 +1,54 @@
+"""Where a compiled component spends its time: every call the Relax VM makes, timed. Never imports torch.
+
+`kernel_seconds` wraps the VM's instrument hook (called before and after each call instruction: our kernels
+and the VM's builtins such as allocation) with a wall clock, and sums the time per function name over one
+call of `main`; the median over several calls is what it returns. The hook itself costs a Python call per
+instruction (a few microseconds), so totals run slightly above an uninstrumented call; compare kernels with
+each other or with the same kernel in another build, not with untimed totals. Used by the decoder speed work
+(NOTES/performance.md, NOTES/dynamic_shapes.md) and notebook 08.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import defaultdict
+
+
+def kernel_seconds(runner, tensors, runs: int = 3) -> dict[str, float]:
+    """{function name: median seconds per call of `main`}, largest first, for a runtime.vm.VMRunner on
+    `tensors` already on its device (VMRunner.device_inputs), after one warm-up call."""
+    import tvm
+
+    per_run: list[dict[str, float]] = []
+    clock: list[float] = []
+
+    def instrument(func, name, before, ret, *args):
+        if before:
+            clock.append(time.perf_counter())
+        else:
+            per_run[-1][name] += time.perf_counter() - clock.pop()
+        return int(tvm.relax.VMInstrumentReturnKind.NO_OP)
+
+    runner.vm.set_instrument(instrument)
+    try:
+        for _ in range(runs + 1):
+            per_run.append(defaultdict(float))
+            runner.run_on_device(*tensors)
+    finally:
+        runner.vm.set_instrument(lambda *args: int(tvm.relax.VMInstrumentReturnKind.NO_OP))
+    per_run = per_run[1:]  # the warm-up call is not counted
+    names = set().union(*per_run)
+    medians = {name: statistics.median(run.get(name, 0.0) for run in per_run) for name in names}
+    return dict(sorted(medians.items(), key=lambda item: -item[1]))
+
+
+def compare(baseline: dict[str, float], other: dict[str, float], top: int = 15) -> list[dict]:
+    """The `top` functions by the larger of their two times: seconds in each and the ratio other / baseline
+    (a function missing from one build shows 0 there)."""
+    names = sorted(set(baseline) | set(other), key=lambda n: -max(baseline.get(n, 0.0), other.get(n, 0.0)))
+    rows = []
+    for name in names[:top]:
+        a, b = baseline.get(name, 0.0), other.get(name, 0.0)
+        rows.append({"function": name, "baseline_s": a, "other_s": b, "ratio": b / a if a else float("inf")})
+    return rows
