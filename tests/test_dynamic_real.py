@@ -1,0 +1,91 @@
+"""Real-weights tier: `--buckets dynamic`, one symbolic-length build per component (kokoro_tvm.compiler.symbolic)
+for every length, against pt.dynamic with the same explicit noise. The five builds land in the user's cache
+once per run (locked, atomic) and every test here reuses them at whatever lengths its text needs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from kokoro_tvm.components import NAMES, SYMBOLIC_MAX_LENGTH, component
+from kokoro_tvm.config import SAMPLES_PER_FRAME
+from kokoro_tvm.evaluation.metrics import pesq_wb, stoi
+from kokoro_tvm.evaluation.parity import compare_text
+from kokoro_tvm.runtime.buckets import round_up
+from kokoro_tvm.studies.bucket_choice import load_sentences
+from kokoro_tvm.synthesis import synthesize
+
+pytestmark = pytest.mark.real
+
+SEED = 3
+TILE = 32
+# the bounds of tests/test_parity_real.py: encoder-side stages within 1e-5 relative L2 of PyTorch fp32
+FP32_STAGE_BOUND = 1e-5
+FP32_STAGES = ("d_en", "d", "duration_logits", "en", "F0", "N", "t_en", "asr")
+LIBRARY_BUDGET = 50e6  # bytes for all five libraries (the symbolic-length issue's bound)
+
+
+def test_compile_builds_five_symbolic_artifacts_then_finds_them_cached(capsys):
+    from kokoro_tvm.cli import main
+
+    for expect_cached in (None, True):
+        assert main(["-q", "compile", "--buckets", "dynamic"]) == 0
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert sorted(r["component"] for r in records) == sorted(NAMES)
+        for r in records:
+            assert r["symbolic"] and r["length"] == SYMBOLIC_MAX_LENGTH[component(r["component"]).axis]
+        assert 0 < sum(r["library_bytes"] for r in records) <= LIBRARY_BUDGET
+        if expect_cached:
+            assert all(r["cached"] for r in records)
+
+
+@pytest.mark.parametrize("text", ["Hello world.", "The birch canoe slid on the smooth planks."])
+def test_float32_dynamic_matches_stage_by_stage_and_perceptually(text):
+    record = compare_text(text, precision="fp32", buckets="dynamic")
+    assert record["shapes"] == {"tokens": round_up(record["tokens"], TILE), "frames": round_up(record["frames"], TILE)}
+    assert record["durations_equal"]
+    worst = {s: record["stages"][s] for s in FP32_STAGES if record["stages"][s] > FP32_STAGE_BOUND}
+    assert not worst, worst
+    assert record["audio_pesq_wb"] >= 4.4 and record["audio_stoi"] >= 0.99
+
+
+@pytest.fixture(scope="module")
+def long_speech():
+    text = " ".join(load_sentences()[-3:])  # about 770 phonemes: two chunks of different lengths
+    return (
+        synthesize(text, backend="tvm", buckets="dynamic", noise=SEED),
+        synthesize(text, backend="torch", noise=SEED),
+    )
+
+
+def test_long_text_runs_in_the_symbolic_builds_with_nothing_lost(long_speech):
+    tvm, torch_ = long_speech
+    assert len(tvm.chunks) == 2
+    shapes = tvm.metadata["tvm"]["shapes"]
+    for (t_shape, f_shape), chunk, durations in zip(shapes, tvm.chunks, tvm.durations, strict=True):
+        assert t_shape == round_up(len(chunk.padded_ids), TILE) and f_shape == round_up(int(durations.sum()), TILE)
+    for ours, theirs in zip(tvm.durations, torch_.durations, strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    frames = sum(int(d.sum()) for d in tvm.durations)
+    assert tvm.audio.shape == torch_.audio.shape == (frames * SAMPLES_PER_FRAME,)
+    assert pesq_wb(torch_.audio, tvm.audio) >= 4.4 and stoi(torch_.audio, tvm.audio) >= 0.99
+
+
+def test_an_utterance_past_the_symbolic_bound_is_refused_in_one_line(capsys, tmp_path):
+    from kokoro_tvm.cli import main
+
+    text = " ".join(load_sentences()[-3:-1])  # one chunk of about 480 phonemes
+    reference = synthesize(text, backend="torch", speed=0.25, noise=SEED)
+    assert len(reference.chunks) == 1 and sum(int(d.sum()) for d in reference.durations) > 5120  # the premise
+    assert main(["-q", "say", text, "--backend", "tvm", "--buckets", "dynamic", "--speed", "0.25",
+                 "-o", str(tmp_path / "x.wav")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at most 5120" in err[0] and err[0].startswith("kokoro-tvm: error:")
+    assert not (tmp_path / "x.wav").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("text", "speed"), [("Hi.", 1.0), ("Hello world.", 1.0), ("Hello world.", 0.3)])
+def test_float64_dynamic_is_exact(text, speed):
+    record = compare_text(text, precision="fp64", buckets="dynamic", speed=speed)
+    assert record["durations_equal"] and record["audio_snr_db"] >= 100
