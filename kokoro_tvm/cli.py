@@ -262,7 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--warmup", type=int, default=3, help="untimed rounds first (default 3: PyTorch eager needs more than one)"
     )
     bench.add_argument("--no-components", action="store_true", help="skip the per-component timings")
-    bench.add_argument("--buckets", default="default", help="TVM's shapes, as for say (default: the default set)")
+    bench.add_argument(
+        "--buckets",
+        default="default",
+        help="TVM's shapes, as for say (default: the default set); several, comma-separated, are timed in the "
+        "same rounds (e.g. dynamic,default,exact)",
+    )
     bench.add_argument("--json", action="store_true", help="one JSON line")
     bench.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     bench.set_defaults(func=cmd_bench)

@@ -119,3 +119,15 @@ def test_every_corpus_sentence_is_speakable_in_one_chunk():
     sentences = load_sentences()
     assert len(sentences) >= 200
     assert all(len(prepare(text=s)) == 1 for s in sentences)  # each line is one utterance (<= 510 phonemes)
+
+
+def test_dynamic_lengths_pad_less_than_any_bucket_set():
+    # tokens 16 -> 32 (cost 16 -> 32), frames 100 -> 128 (cost 1000 -> 1280), 5 artifacts whatever the corpus
+    record = evaluate(DynamicLengths(), [{"tokens": 16, "frames": 100}], _linear_flops())
+    assert record["mean_overhead"] == pytest.approx((32 + 1280) / (16 + 1000) - 1, rel=1e-12)
+    assert record["artifacts"] == record["artifacts_used"] == 5 and record["frame_buckets"] == "multiples of 32"
+    lengths = [{"tokens": t, "frames": f} for t, f in ((20, 300), (150, 700), (400, 1500))]
+    for candidate in CANDIDATES.values():
+        assert evaluate(DynamicLengths(), lengths, _linear_flops())["total_overhead"] <= (
+            evaluate(candidate, lengths, _linear_flops())["total_overhead"]
+        )

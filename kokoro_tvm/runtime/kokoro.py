@@ -54,6 +54,10 @@ class TVMKokoro:
             self._runners[key] = ComponentRunner(self.provider(*key), self.device)
         return self._runners[key]
 
+    def loaded_artifacts(self) -> list[Artifact]:
+        """The artifacts loaded so far (each once), in load order."""
+        return [runner.artifact for runner in self._runners.values()]
+
     def run_component(self, component: str, length: int, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         """Run `component` on inputs padded to `length` steps (a symbolic build also gets its tile count)."""
         runner = self.runner(component, length)

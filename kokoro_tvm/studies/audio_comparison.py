@@ -4,8 +4,8 @@ Backends (all fp32, the resolved weights, one voice):
 - pt_dynamic: kokoro_tvm.reference.pt_dynamic.run_stages with explicit seeded SineGen noise: the reference.
 - torch_stock: stock `KModel.forward_with_tokens`, SineGen noise from torch's RNG: the natural floor of
   run-to-run difference (what two PyTorch runs of the same sentence differ by).
-- tvm_exact / tvm_bucketed: the compiled model at exact lengths / in the default bucket set, given the same
-  noise as pt_dynamic.
+- tvm_exact / tvm_bucketed / tvm_dynamic: the compiled model at exact lengths / in the default bucket set / in
+  the symbolic-length builds (`--buckets dynamic`), given the same noise as pt_dynamic.
 - ort_int8: ONNX Runtime on the embedded int8 export (its own noise; int8 arithmetic).
 
 Reference-based metrics need the same length, i.e. the same durations; where a backend's audio length differs
@@ -26,7 +26,7 @@ from kokoro_tvm.evaluation.metrics import audio_metrics, word_error_rate
 log = logging.getLogger(__name__)
 
 REFERENCE = "pt_dynamic"
-BACKENDS = (REFERENCE, "torch_stock", "tvm_exact", "tvm_bucketed", "ort_int8")
+BACKENDS = (REFERENCE, "torch_stock", "tvm_exact", "tvm_bucketed", "tvm_dynamic", "ort_int8")
 
 
 def pick_sentences(sentences: list[str], n: int) -> list[str]:
@@ -46,7 +46,7 @@ class Speakers:
         from kokoro_tvm.compiled import compiled_kokoro
         from kokoro_tvm.frontend.voices import load_voice
         from kokoro_tvm.reference.noise import SeededNoise
-        from kokoro_tvm.runtime.buckets import CANDIDATES, DEFAULT_SET
+        from kokoro_tvm.runtime.buckets import CANDIDATES, DEFAULT_SET, DynamicLengths
         from kokoro_tvm.studies.ort_int8 import OrtInt8
         from kokoro_tvm.weights.resolve import load_kmodel
 
@@ -54,6 +54,7 @@ class Speakers:
         self.pack, self.noise, self.seed = load_voice(voice), SeededNoise(seed), seed
         self.tvm_exact = compiled_kokoro(self.model, self.weights.fingerprint)
         self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=CANDIDATES[DEFAULT_SET])
+        self.tvm_dynamic = compiled_kokoro(self.model, self.weights.fingerprint, buckets=DynamicLengths())
         self.ort = OrtInt8(threads)
         self._torch = torch
 
@@ -68,7 +69,7 @@ class Speakers:
         elif backend == "torch_stock":
             self._torch.manual_seed(self.seed + 1)  # a different draw than the reference, but reproducible
             audio, _ = stock_forward(self.model, chunk.padded_ids, style)
-        elif backend in ("tvm_exact", "tvm_bucketed"):
+        elif backend in ("tvm_exact", "tvm_bucketed", "tvm_dynamic"):
             audio = getattr(self, backend).run_stages(chunk.padded_ids, style, noise=self.noise).audio
         elif backend == "ort_int8":
             audio = self.ort.speak(chunk.padded_ids, style)

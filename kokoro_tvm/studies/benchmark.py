@@ -3,8 +3,10 @@ process, backends interleaved round by round, the median of `runs` timed rounds 
 
 - torch: stock `KModel.forward_with_tokens` (what kokoro users run), fp32, `torch.set_num_threads(threads)`.
 - ort_int8: the embedded int8 ONNX model, `intra_op_num_threads=threads`.
-- tvm: `TVMKokoro.run_stages` in the bucket set `say --backend tvm` uses (default; padding included in the time)
-  or at exact lengths (`buckets="exact"`), host steps included, TVM's pool set to `threads`.
+- tvm: `TVMKokoro.run_stages` in the bucket set `say --backend tvm` uses (default; padding included in the time),
+  the symbolic-length builds (`buckets="dynamic"`) or at exact lengths (`buckets="exact"`), host steps
+  included, TVM's pool set to `threads`. Several policies, comma-separated (`"dynamic,default,exact"`), are
+  all timed in the same rounds: `tvm_s` is the first, `tvm_policies` has each one's median, spread and shapes.
 - per_component: each compiled component against the same component graph in torch eager (the padding-invariant
   wrappers TVM compiles), on the inputs the TVM run actually fed it.
 - gflop_per_audio_s: torch's FlopCounterMode over the stock forward (convolutions and matmuls), per second of
@@ -41,7 +43,8 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def _median_interleaved(backends: dict[str, Callable[[], object]], runs: int, warmup: int) -> dict[str, float]:
+def interleaved(backends: dict[str, Callable[[], object]], runs: int, warmup: int) -> dict[str, list[float]]:
+    """Every backend once per round (`warmup` untimed rounds first): the seconds of each timed round."""
     for _ in range(warmup):
         for fn in backends.values():
             fn()
@@ -49,7 +52,11 @@ def _median_interleaved(backends: dict[str, Callable[[], object]], runs: int, wa
     for _ in range(runs):
         for name, fn in backends.items():
             samples[name].append(_timed(fn))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return samples
+
+
+def _median_interleaved(backends: dict[str, Callable[[], object]], runs: int, warmup: int) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in interleaved(backends, runs, warmup).items()}
 
 
 def set_threads(threads: int) -> None:
@@ -105,7 +112,10 @@ def bench(
 
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("runs and threads must be >= 1 and warmup >= 0")
-    bucket_set = None if buckets == "exact" else parse_buckets(buckets)
+    policies = [p.strip() for p in buckets.split(",") if p.strip()]
+    if not policies or len(set(policies)) != len(policies):
+        raise ValueError(f"--buckets takes one or more distinct policies, comma-separated; got {buckets!r}")
+    bucket_sets = {p: None if p == "exact" else parse_buckets(p) for p in policies}  # bad specs fail first
     chunks = prepare(text=text)
     if len(chunks) != 1:
         raise TextError(f"bench takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
@@ -128,16 +138,30 @@ def bench(
 
     ort = OrtInt8(threads)
 
-    compiled = compiled_kokoro(model, info.fingerprint, "float32", buckets=bucket_set)
-    with _Recorder(compiled) as recorder:  # builds (or loads) every component outside the timed region
-        first = compiled.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+    compiled = {p: compiled_kokoro(model, info.fingerprint, "float32", buckets=b) for p, b in bucket_sets.items()}
+    first = {}
+    for index, (policy, runtime) in enumerate(compiled.items()):  # builds (or loads) outside the timed region
+        if index == 0:
+            with _Recorder(runtime) as recorder:
+                first[policy] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+        else:
+            first[policy] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
 
-    def run_tvm():
-        return compiled.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+    def tvm_runner(runtime):
+        return lambda: runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
 
-    totals = _median_interleaved(
-        {"torch": run_torch, "ort_int8": lambda: ort.speak(chunk.padded_ids, style), "tvm": run_tvm}, runs, warmup
+    names = {p: "tvm" if i == 0 else f"tvm[{p}]" for i, p in enumerate(policies)}
+    samples = interleaved(
+        {
+            "torch": run_torch,
+            "ort_int8": lambda: ort.speak(chunk.padded_ids, style),
+            **{names[p]: tvm_runner(runtime) for p, runtime in compiled.items()},
+        },
+        runs,
+        warmup,
     )
+    totals = {name: statistics.median(values) for name, values in samples.items()}
+    lead = first[policies[0]]
     record = {
         "text": text,
         "voice": pack.name,
@@ -150,16 +174,32 @@ def bench(
         "tvm_vs_torch": totals["torch"] / totals["tvm"],
         "tvm_vs_ort": totals["ort_int8"] / totals["tvm"],
         "rtf": {name: value / audio_s for name, value in totals.items()},
+        "spread_s": {name: [min(values), max(values)] for name, values in samples.items()},
         "gflop_per_audio_s": gflop / audio_s,
         "tvm_gflops": gflop / totals["tvm"],
         "weights_fingerprint": info.fingerprint,
-        "tvm_buckets": bucket_set.describe() if bucket_set else "exact",
-        "lengths": {"tokens": len(chunk.padded_ids), "frames": first.n_frames},
-        "tvm_shapes": {"tokens": first.buckets[0], "frames": first.buckets[1]},
+        "tvm_buckets": _describe(bucket_sets[policies[0]]),
+        "lengths": {"tokens": len(chunk.padded_ids), "frames": lead.n_frames},
+        "tvm_shapes": {"tokens": lead.buckets[0], "frames": lead.buckets[1]},
+        "tvm_policies": {
+            p: {
+                "buckets": _describe(bucket_sets[p]),
+                "s": totals[names[p]],
+                "spread_s": [min(samples[names[p]]), max(samples[names[p]])],
+                "shapes": {"tokens": first[p].buckets[0], "frames": first[p].buckets[1]},
+                "padded_frames": first[p].buckets[1] / lead.n_frames - 1,
+                "vs_first": totals[names[p]] / totals["tvm"],
+            }
+            for p in policies
+        },
     }
     if components:
-        record["per_component"] = _per_component(model, compiled, recorder.inputs, runs, warmup)
+        record["per_component"] = _per_component(model, compiled[policies[0]], recorder.inputs, runs, warmup)
     return record
+
+
+def _describe(bucket_set) -> str:
+    return bucket_set.describe() if bucket_set else "exact"
 
 
 def _per_component(model, compiled, recorded: dict, runs: int, warmup: int) -> dict:

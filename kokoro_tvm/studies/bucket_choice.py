@@ -20,7 +20,7 @@ from importlib import resources
 import numpy as np
 
 from kokoro_tvm.components import FRAME_COMPONENTS, TOKEN_COMPONENTS
-from kokoro_tvm.runtime.buckets import BucketSet
+from kokoro_tvm.runtime.buckets import BucketSet, DynamicLengths
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,9 @@ def flop_model(model, token_lengths=(32, 96, 256, 512), frame_lengths=(64, 256, 
     )
 
 
-def evaluate(buckets: BucketSet, lengths: list[dict], flops: FlopModel) -> dict:
-    """Padded compute over useful compute for every chunk of the corpus in this bucket set."""
+def evaluate(buckets: BucketSet | DynamicLengths, lengths: list[dict], flops: FlopModel) -> dict:
+    """Padded compute over useful compute for every chunk of the corpus in this bucket set (or in the
+    symbolic-length builds, which pad each length to a whole tile)."""
     tokens = np.array([r["tokens"] for r in lengths])
     frames = np.array([r["frames"] for r in lengths])
     token_b = np.array([buckets.token_bucket(int(n)) for n in tokens])
@@ -108,11 +109,12 @@ def evaluate(buckets: BucketSet, lengths: list[dict], flops: FlopModel) -> dict:
     useful, padded = flops.gflop(tokens, frames), flops.gflop(token_b, frame_b)
     return {
         "name": buckets.name,
-        "token_buckets": list(buckets.tokens),
-        "frame_buckets": list(buckets.frames),
+        "token_buckets": f"multiples of {buckets.tile}" if buckets.symbolic else list(buckets.tokens),
+        "frame_buckets": f"multiples of {buckets.tile}" if buckets.symbolic else list(buckets.frames),
         "artifacts": buckets.artifacts,
-        "artifacts_used": len(TOKEN_COMPONENTS) * len(set(token_b.tolist()))
-        + len(FRAME_COMPONENTS) * len(set(frame_b.tolist())),
+        "artifacts_used": buckets.artifacts
+        if buckets.symbolic
+        else len(TOKEN_COMPONENTS) * len(set(token_b.tolist())) + len(FRAME_COMPONENTS) * len(set(frame_b.tolist())),
         "mean_overhead": float(np.mean(padded / useful - 1)),  # per utterance, then averaged
         "total_overhead": float(padded.sum() / useful.sum() - 1),  # the corpus's compute as a whole
         "max_overhead": float(np.max(padded / useful - 1)),
@@ -215,3 +217,4 @@ if __name__ == "__main__":  # the subprocess of profile_artifact
 
     folder, component, length, runs = sys.argv[1:]
     print(json.dumps(_profile_here(folder, component, int(length), int(runs))))
+

@@ -127,9 +127,60 @@ def export_static_and_dynamic(model, component: str, length: int = 16) -> dict:
     return report
 
 
+def policy_latency(
+    model, weights_fingerprint: str, sentences: list[str], voice: str, policies=("dynamic", "default"), runs=3
+) -> dict:
+    """TVM's end-to-end time (`TVMKokoro.run_stages`, float32, zero noise) per sentence under each shape policy
+    (a bucket set name, 'dynamic' or 'exact'), in this process, the policies interleaved round by round for
+    each sentence: the median of `runs` rounds after one warm-up round (which also builds or loads every
+    artifact, outside the timing). Returns per-sentence rows (tokens, frames, each policy's seconds and
+    shapes), each policy's total seconds, and the build seconds and library bytes of the artifacts it used."""
+    import statistics
+
+    from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.frontend.text import prepare
+    from kokoro_tvm.frontend.voices import load_voice
+    from kokoro_tvm.reference.noise import ZeroNoise
+    from kokoro_tvm.runtime.buckets import parse_buckets
+    from kokoro_tvm.studies.benchmark import interleaved
+
+    runtimes = {
+        p: compiled_kokoro(model, weights_fingerprint, "float32", buckets=None if p == "exact" else parse_buckets(p))
+        for p in policies
+    }
+    pack = load_voice(voice)
+    rows = []
+    for index, sentence in enumerate(sentences):
+        for chunk in prepare(text=sentence):
+            style = pack.style(len(chunk.phonemes))
+
+            def speak(runtime, ids=chunk.padded_ids, style=style):
+                return lambda: runtime.run_stages(ids, style, 1.0, ZeroNoise())
+
+            first = {p: speak(runtime)() for p, runtime in runtimes.items()}
+            samples = interleaved({p: speak(runtime) for p, runtime in runtimes.items()}, runs, 0)
+            row = {"sentence": index, "tokens": len(chunk.padded_ids), "frames": first[policies[0]].n_frames}
+            for p in policies:
+                row[f"{p}_s"] = statistics.median(samples[p])
+                row[f"{p}_shapes"] = list(first[p].buckets)
+            rows.append(row)
+    builds = {}
+    for p, runtime in runtimes.items():
+        artifacts = runtime.loaded_artifacts()
+        builds[p] = {
+            "artifacts": len(artifacts),
+            "build_seconds": sum(sum(a.manifest["seconds"].values()) for a in artifacts),
+            "library_bytes": sum(a.library.stat().st_size for a in artifacts),
+        }
+    return {"rows": rows, "totals": {p: sum(r[f"{p}_s"] for r in rows) for p in policies}, "builds": builds}
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m kokoro_tvm.studies.dynamic_shapes [--components a,b] [--lengths 64,160]`: dynamic_build on the
-    resolved weights (float32), one JSON line per component on stdout (the numbers in NOTES/dynamic_shapes.md)."""
+    resolved weights (float32), one JSON line per component on stdout. With `--corpus N [--runs R]`:
+    policy_latency of 'dynamic' and 'default' on N sentences spread over the corpus (as notebook 05 section 6
+    picks them), one JSON line per sentence and a last one with the totals (the numbers in
+    NOTES/dynamic_shapes.md)."""
     import argparse
     import json
     import sys
@@ -140,8 +191,23 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.dynamic_shapes")
     parser.add_argument("--components", default=",".join(NAMES))
     parser.add_argument("--lengths", default="64,160")
+    parser.add_argument("--corpus", type=int, help="time N corpus sentences under 'dynamic' and 'default'")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--voice", default="jm_kumo")
     args = parser.parse_args(argv)
     model, weights = load_kmodel()
+    if args.corpus:
+        from kokoro_tvm.studies.bucket_choice import load_sentences
+
+        sentences = load_sentences()
+        chosen = sentences[:: max(1, len(sentences) // args.corpus)][: args.corpus]
+        result = policy_latency(model, weights.fingerprint, chosen, args.voice, ("dynamic", "default"), args.runs)
+        for row in result["rows"]:
+            sys.stdout.write(json.dumps(row) + "\n")
+        totals = result["totals"]
+        summary = {"totals": totals, "dynamic_over_default": totals["dynamic"] / totals["default"]}
+        sys.stdout.write(json.dumps(summary | {"builds": result["builds"], "runs": args.runs}) + "\n")
+        return
     lengths = tuple(int(n) for n in args.lengths.split(","))
     for name in args.components.split(","):
         sys.stdout.write(json.dumps(dynamic_build(model, name, lengths, weights.fingerprint)) + "\n")
