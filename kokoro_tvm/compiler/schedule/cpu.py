@@ -334,12 +334,13 @@ class Contraction(_CPURule):
             # inside, and the tile's accumulator placed under it.
             only_cols_static = isinstance(col_extent, int) and not isinstance(row_extent, int)
             only_rows_static = isinstance(row_extent, int) and not isinstance(col_extent, int)
-            single = all(_extent(sch, loop) == 1 if isinstance(_extent(sch, loop), int) else False for loop in outer)
+            single = all(isinstance(_extent(sch, loop), int) and _extent(sch, loop) == 1 for loop in outer)
             if only_rows_static and not rows_outer and single:
                 # a conv over a symbolic length whose input outweighs its weights: walk the rows of one column
                 # slab as a static build does (each input slab read once, the weights stay in cache), the
-                # symbolic column-tile loop in parallel on its own. Rows outside instead streamed the whole
-                # input once per row slab: the generator's last stage ran 2-3x slower than its static build.
+                # symbolic column-tile loop in parallel on its own. Rows outside instead stream the whole input
+                # once per row slab: 102-104 against 131-133 GFLOP/s (128 ch, k7, 19,232 steps), 90 against 107
+                # (512 ch, k3).
                 first, second = col_o, row_o
                 sch.reorder(*outer, first, second, *reduce, row_i, col_i)
                 sch.parallel(first)
