@@ -208,8 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument(
         "--buckets",
         default="default",
-        help="TVM shapes: a bucket set (default, pow2, geo1.5, geo1.25, earlier, align32, "
-        "'tokens=..;frames=..'), 'dynamic' (one symbolic-length build per component) or 'exact' (one build per length)",
+        help="TVM shapes: 'default' (= dynamic: one symbolic-length build per component), 'bucketed' (the chosen "
+        "bucket set, geo1.25), a named set (pow2, geo1.5, geo1.25, earlier, align32), 'tokens=..;frames=..' or "
+        "'exact' (one build per length)",
     )
     say.add_argument("--phonemes", action="store_true", help="TEXT is a Kokoro phoneme string")
     say.add_argument("--seed", type=int, default=0, help="seed of SineGen's noise (default 0)")
@@ -231,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     compile_ = sub.add_parser("compile", help="precompile every artifact of a bucket set into the cache")
     compile_.add_argument(
-        "--buckets", default="default", help="a bucket set name, 'tokens=..;frames=..' or 'dynamic' (5 symbolic builds)"
+        "--buckets",
+        default="default",
+        help="as for say: 'default' (= dynamic, 5 symbolic builds), 'bucketed', a set name or 'tokens=..;frames=..'",
     )
     compile_.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
     compile_.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
@@ -265,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--buckets",
         default="default",
-        help="TVM's shapes, as for say (default: the default set); several, comma-separated, are timed in the "
-        "same rounds (e.g. dynamic,default,exact)",
+        help="TVM's shapes, as for say (default: dynamic); several, comma-separated, are timed in the "
+        "same rounds (e.g. dynamic,bucketed,exact)",
     )
     bench.add_argument("--json", action="store_true", help="one JSON line")
     bench.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")

@@ -57,9 +57,9 @@ class TorchBackend:
 
 
 class TVMBackend:
-    """The compiled model (kokoro_tvm.runtime.kokoro) in a bucket set (default:
-    kokoro_tvm.runtime.buckets.DEFAULT_SET) or at exact lengths (`buckets="exact"`); each shape is built on
-    first use into the cache and reused."""
+    """The compiled model (kokoro_tvm.runtime.kokoro) with the shapes of `buckets` (kokoro_tvm.runtime.buckets:
+    default, the five symbolic-length builds; a bucket set; or exact lengths, `buckets="exact"`); each artifact
+    is built on first use into the cache and reused."""
 
     name = "tvm"
 

@@ -22,14 +22,3 @@ def test_spoken_words_come_back(text, tmp_path, capsys):
     assert metadata["weights"]["fingerprint"] and metadata["weights"]["source"]
     heard = transcribe(audio, rate).split()
     assert set(words(text)) <= set(heard), f"said {text!r}, heard {' '.join(heard)!r}"
-
-
-def test_long_text_is_chunked_and_nothing_is_lost(tmp_path, kmodel):
-    from kokoro_tvm.synthesis import TorchBackend, synthesize
-
-    backend = TorchBackend(*kmodel)
-    text = " ".join(["The birch canoe slid on the smooth planks."] * 14)  # > 510 phonemes
-    speech = synthesize(text, voice="jm_kumo", backend=backend)
-    assert len(speech.chunks) >= 2
-    per_chunk_frames = [int(d.sum()) for d in speech.durations]
-    assert speech.audio.shape[0] == 600 * sum(per_chunk_frames)

@@ -75,7 +75,14 @@ def test_dynamic_lengths_refuse_what_they_cannot_hold():
 def test_explicit_and_named_specs():
     custom = parse_buckets("tokens=64,512;frames=256,1024")
     assert custom.tokens == (64, 512) and custom.frames == (256, 1024) and custom.artifacts == 3 * 2 + 2 * 2
-    assert parse_buckets("default") == CANDIDATES[DEFAULT_SET]
+    assert parse_buckets("bucketed") == CANDIDATES[DEFAULT_SET] == parse_buckets(DEFAULT_SET)
+
+
+def test_the_default_policy_is_the_symbolic_builds():
+    """`--buckets default` (say, bench, compile, TVMKokoro) runs the five symbolic-length builds."""
+    assert parse_buckets("default") == parse_buckets(" default ") == DynamicLengths()
+    with pytest.raises(BucketSpecError, match="use one of default, bucketed, dynamic, pow2"):
+        parse_buckets("defualt")
 
 
 @pytest.mark.parametrize("ratio", [1.25, 1.5, 2.0])
@@ -128,6 +135,7 @@ def test_dynamic_lengths_pad_less_than_any_bucket_set():
     assert record["artifacts"] == record["artifacts_used"] == 5 and record["frame_buckets"] == "multiples of 32"
     lengths = [{"tokens": t, "frames": f} for t, f in ((20, 300), (150, 700), (400, 1500))]
     for candidate in CANDIDATES.values():
-        assert evaluate(DynamicLengths(), lengths, _linear_flops())["total_overhead"] <= (
-            evaluate(candidate, lengths, _linear_flops())["total_overhead"]
+        assert (
+            evaluate(DynamicLengths(), lengths, _linear_flops())["total_overhead"]
+            <= (evaluate(candidate, lengths, _linear_flops())["total_overhead"])
         )

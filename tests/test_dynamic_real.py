@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from kokoro_tvm.components import NAMES, SYMBOLIC_MAX_LENGTH, component
+from kokoro_tvm.components import FRAMES, NAMES, SYMBOLIC_MAX_LENGTH, component
 from kokoro_tvm.config import SAMPLES_PER_FRAME
 from kokoro_tvm.evaluation.metrics import pesq_wb, stoi
 from kokoro_tvm.evaluation.parity import compare_text
@@ -51,7 +51,7 @@ def test_float32_dynamic_matches_stage_by_stage_and_perceptually(text):
 
 @pytest.fixture(scope="module")
 def long_speech():
-    text = " ".join(load_sentences()[-3:])  # about 770 phonemes: two chunks of different lengths
+    text = " ".join(load_sentences()[-2:])  # 545 phonemes: two chunks (254 and 291) of different lengths
     return (
         synthesize(text, backend="tvm", buckets="dynamic", noise=SEED),
         synthesize(text, backend="torch", noise=SEED),
@@ -69,6 +69,10 @@ def test_long_text_runs_in_the_symbolic_builds_with_nothing_lost(long_speech):
     frames = sum(int(d.sum()) for d in tvm.durations)
     assert tvm.audio.shape == torch_.audio.shape == (frames * SAMPLES_PER_FRAME,)
     assert pesq_wb(torch_.audio, tvm.audio) >= 4.4 and stoi(torch_.audio, tvm.audio) >= 0.99
+    join = int(tvm.durations[0].sum()) * SAMPLES_PER_FRAME
+    steps = np.abs(np.diff(tvm.audio))
+    # a click is a step at the join larger than the waveform's own large steps (its 99.9th percentile)
+    assert abs(float(tvm.audio[join]) - float(tvm.audio[join - 1])) <= np.quantile(steps, 0.999)
 
 
 def test_an_utterance_past_the_symbolic_bound_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
@@ -88,8 +92,24 @@ def test_an_utterance_past_the_symbolic_bound_is_refused_in_one_line(capsys, tmp
     assert not out.exists()  # nothing written, nothing cut
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("text", "speed"), [("Hi.", 1.0), ("Hello world.", 1.0), ("Hello world.", 0.3)])
+@pytest.mark.parametrize(
+    ("text", "speed"),
+    [
+        ("Hello world.", 1.0),  # in `make test`: the float64 proof of the default runtime, 65 frames in 96
+        pytest.param("Hi.", 1.0, marks=pytest.mark.slow),
+        pytest.param("Hello world.", 0.3, marks=pytest.mark.slow),
+    ],
+)
 def test_float64_dynamic_is_exact(text, speed):
     record = compare_text(text, precision="fp64", buckets="dynamic", speed=speed)
+    assert record["durations_equal"] and record["audio_snr_db"] >= 100
+    assert max(record["stages"].values()) < 1e-9
+
+
+@pytest.mark.slow
+def test_float64_dynamic_is_exact_at_its_longest_length():
+    """The corpus's longest one-chunk sentence (291 phonemes) at speed 0.15: the last frame tile of the bound."""
+    record = compare_text(load_sentences()[225], precision="fp64", buckets="dynamic", speed=0.15)
+    bound = SYMBOLIC_MAX_LENGTH[FRAMES]
+    assert bound - TILE < record["frames"] <= bound and record["shapes"]["frames"] == bound
     assert record["durations_equal"] and record["audio_snr_db"] >= 100

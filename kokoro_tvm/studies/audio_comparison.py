@@ -4,8 +4,9 @@ Backends (all fp32, the resolved weights, one voice):
 - pt_dynamic: kokoro_tvm.reference.pt_dynamic.run_stages with explicit seeded SineGen noise: the reference.
 - torch_stock: stock `KModel.forward_with_tokens`, SineGen noise from torch's RNG: the natural floor of
   run-to-run difference (what two PyTorch runs of the same sentence differ by).
-- tvm_exact / tvm_bucketed / tvm_dynamic: the compiled model at exact lengths / in the default bucket set / in
-  the symbolic-length builds (`--buckets dynamic`), given the same noise as pt_dynamic.
+- tvm_exact / tvm_bucketed / tvm_dynamic: the compiled model at exact lengths / in the chosen bucket set
+  (`--buckets bucketed`) / in the symbolic-length builds (`--buckets dynamic`, what `say` runs by default),
+  given the same noise as pt_dynamic.
 - ort_int8: ONNX Runtime on the embedded int8 export (its own noise; int8 arithmetic).
 
 Reference-based metrics need the same length, i.e. the same durations; where a backend's audio length differs
@@ -46,15 +47,15 @@ class Speakers:
         from kokoro_tvm.compiled import compiled_kokoro
         from kokoro_tvm.frontend.voices import load_voice
         from kokoro_tvm.reference.noise import SeededNoise
-        from kokoro_tvm.runtime.buckets import CANDIDATES, DEFAULT_SET, DynamicLengths
+        from kokoro_tvm.runtime.buckets import parse_buckets
         from kokoro_tvm.studies.ort_int8 import OrtInt8
         from kokoro_tvm.weights.resolve import load_kmodel
 
         self.model, self.weights = load_kmodel()
         self.pack, self.noise, self.seed = load_voice(voice), SeededNoise(seed), seed
         self.tvm_exact = compiled_kokoro(self.model, self.weights.fingerprint)
-        self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=CANDIDATES[DEFAULT_SET])
-        self.tvm_dynamic = compiled_kokoro(self.model, self.weights.fingerprint, buckets=DynamicLengths())
+        self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("bucketed"))
+        self.tvm_dynamic = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"))
         self.ort = OrtInt8(threads)
         self._torch = torch
 

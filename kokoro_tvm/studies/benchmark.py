@@ -3,10 +3,11 @@ process, backends interleaved round by round, the median of `runs` timed rounds 
 
 - torch: stock `KModel.forward_with_tokens` (what kokoro users run), fp32, `torch.set_num_threads(threads)`.
 - ort_int8: the embedded int8 ONNX model, `intra_op_num_threads=threads`.
-- tvm: `TVMKokoro.run_stages` in the bucket set `say --backend tvm` uses (default; padding included in the time),
-  the symbolic-length builds (`buckets="dynamic"`) or at exact lengths (`buckets="exact"`), host steps
-  included, TVM's pool set to `threads`. Several policies, comma-separated (`"dynamic,default,exact"`), are
-  all timed in the same rounds: `tvm_s` is the first, `tvm_policies` has each one's median, spread and shapes.
+- tvm: `TVMKokoro.run_stages` with the shapes `say --backend tvm` uses (default: the symbolic-length builds,
+  padding to 32 steps included in the time), the chosen bucket set (`buckets="bucketed"`) or at exact lengths
+  (`buckets="exact"`), host steps included, TVM's pool set to `threads`. Several policies, comma-separated
+  (`"dynamic,bucketed,exact"`), are all timed in the same rounds: `tvm_s` is the first, `tvm_policies` has each
+  one's median, spread and shapes.
 - per_component: each compiled component against the same component graph in torch eager (the padding-invariant
   wrappers TVM compiles), on the inputs the TVM run actually fed it.
 - gflop_per_audio_s: torch's FlopCounterMode over the stock forward (convolutions and matmuls), per second of

@@ -128,7 +128,7 @@ def export_static_and_dynamic(model, component: str, length: int = 16) -> dict:
 
 
 def policy_latency(
-    model, weights_fingerprint: str, sentences: list[str], voice: str, policies=("dynamic", "default"), runs=3
+    model, weights_fingerprint: str, sentences: list[str], voice: str, policies=("dynamic", "bucketed"), runs=3
 ) -> dict:
     """TVM's end-to-end time (`TVMKokoro.run_stages`, float32, zero noise) per sentence under each shape policy
     (a bucket set name, 'dynamic' or 'exact'), in this process, the policies interleaved round by round for
@@ -178,9 +178,9 @@ def policy_latency(
 def main(argv: list[str] | None = None) -> None:
     """`python -m kokoro_tvm.studies.dynamic_shapes [--components a,b] [--lengths 64,160]`: dynamic_build on the
     resolved weights (float32), one JSON line per component on stdout. With `--corpus N [--runs R]`:
-    policy_latency of 'dynamic' and 'default' on N sentences spread over the corpus (as notebook 05 section 6
-    picks them), one JSON line per sentence and a last one with the totals (the numbers in
-    NOTES/dynamic_shapes.md)."""
+    policy_latency of 'dynamic' and 'bucketed' (the chosen bucket set) on N sentences spread over the corpus
+    (as notebook 05 section 6 picks them), one JSON line per sentence and a last one with the totals (the
+    numbers in NOTES/dynamic_shapes.md)."""
     import argparse
     import json
     import sys
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.dynamic_shapes")
     parser.add_argument("--components", default=",".join(NAMES))
     parser.add_argument("--lengths", default="64,160")
-    parser.add_argument("--corpus", type=int, help="time N corpus sentences under 'dynamic' and 'default'")
+    parser.add_argument("--corpus", type=int, help="time N corpus sentences under 'dynamic' and 'bucketed'")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--voice", default="jm_kumo")
     args = parser.parse_args(argv)
@@ -201,11 +201,11 @@ def main(argv: list[str] | None = None) -> None:
 
         sentences = load_sentences()
         chosen = sentences[:: max(1, len(sentences) // args.corpus)][: args.corpus]
-        result = policy_latency(model, weights.fingerprint, chosen, args.voice, ("dynamic", "default"), args.runs)
+        result = policy_latency(model, weights.fingerprint, chosen, args.voice, ("dynamic", "bucketed"), args.runs)
         for row in result["rows"]:
             sys.stdout.write(json.dumps(row) + "\n")
         totals = result["totals"]
-        summary = {"totals": totals, "dynamic_over_default": totals["dynamic"] / totals["default"]}
+        summary = {"totals": totals, "dynamic_over_bucketed": totals["dynamic"] / totals["bucketed"]}
         sys.stdout.write(json.dumps(summary | {"builds": result["builds"], "runs": args.runs}) + "\n")
         return
     lengths = tuple(int(n) for n in args.lengths.split(","))
