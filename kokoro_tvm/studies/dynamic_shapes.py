@@ -175,12 +175,44 @@ def policy_latency(
     return {"rows": rows, "totals": {p: sum(r[f"{p}_s"] for r in rows) for p in policies}, "builds": builds}
 
 
+def kernel_profile(model, weights_fingerprint: str, component: str, length: int, runs: int = 3) -> dict:
+    """The static build of `component` at `length` and its symbolic build, each on the same example inputs,
+    timed per PrimFunc (runtime.profile.kernel_seconds, median of `runs` calls after one warm-up): both totals
+    and the functions that take longest in either (runtime.profile.compare; ratio = symbolic / static). Both
+    artifacts come from the build cache (built there if missing)."""
+    from kokoro_tvm.compiler.build import BuildSpec, build
+    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+    from kokoro_tvm.compiler.symbolic import LENGTH_TILE, tile_count
+    from kokoro_tvm.runtime.profile import compare, kernel_seconds
+    from kokoro_tvm.runtime.vm import ComponentRunner
+
+    if length % LENGTH_TILE:
+        raise ValueError(f"the length must be a multiple of {LENGTH_TILE}, got {length}")
+    dtype = next(model.parameters()).dtype
+    name = str(dtype).removeprefix("torch.")
+    static = ComponentRunner(build(model, weights_fingerprint, BuildSpec(component, length, name)))
+    symbolic = ComponentRunner(build(model, weights_fingerprint, BuildSpec.dynamic(component, name)))
+    inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length), dtype)]
+    baseline = kernel_seconds(static, static.device_inputs(*inputs), runs)
+    other = kernel_seconds(symbolic, symbolic.device_inputs(*inputs) + [symbolic.shape(tile_count(length))], runs)
+    return {
+        "component": component,
+        "length": length,
+        "runs": runs,
+        "static_s": sum(baseline.values()),
+        "symbolic_s": sum(other.values()),
+        "functions": {"static": len(baseline), "symbolic": len(other)},
+        "top": compare(baseline, other),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m kokoro_tvm.studies.dynamic_shapes [--components a,b] [--lengths 64,160]`: dynamic_build on the
     resolved weights (float32), one JSON line per component on stdout. With `--corpus N [--runs R]`:
     policy_latency of 'dynamic' and 'bucketed' (the chosen bucket set) on N sentences spread over the corpus
     (as notebook 05 section 6 picks them), one JSON line per sentence and a last one with the totals (the
-    numbers in NOTES/dynamic_shapes.md)."""
+    numbers in NOTES/dynamic_shapes.md). With `--kernels COMPONENT:LENGTH [--runs R]`: kernel_profile, one
+    JSON line (the per-kernel comparison in NOTES/dynamic_shapes.md)."""
     import argparse
     import json
     import sys
@@ -192,10 +224,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--components", default=",".join(NAMES))
     parser.add_argument("--lengths", default="64,160")
     parser.add_argument("--corpus", type=int, help="time N corpus sentences under 'dynamic' and 'bucketed'")
+    parser.add_argument("--kernels", help="COMPONENT:LENGTH: time the static and symbolic builds per kernel")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--voice", default="jm_kumo")
     args = parser.parse_args(argv)
     model, weights = load_kmodel()
+    if args.kernels:
+        component, length = args.kernels.split(":")
+        sys.stdout.write(
+            json.dumps(kernel_profile(model, weights.fingerprint, component, int(length), args.runs)) + "\n"
+        )
+        return
     if args.corpus:
         from kokoro_tvm.studies.bucket_choice import load_sentences
 
