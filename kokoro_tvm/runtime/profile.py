@@ -10,6 +10,7 @@ each other or with the same kernel in another build, not with untimed totals. Us
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -43,12 +44,27 @@ def kernel_seconds(runner, tensors, runs: int = 3) -> dict[str, float]:
     return dict(sorted(medians.items(), key=lambda item: -item[1]))
 
 
+# Ops that only build index tensors: a symbolic build fuses an `arange` (and its expand_dims) into a kernel
+# that the static build fuses with a constant instead, so the same kernel gets a different name.
+_INDEX_OPS = re.compile(r"_(?:arange|expand_dims)\d*")
+
+
+def kernel_family(name: str) -> str:
+    """A function's name without its index-building ops: the same kernel in a static and a symbolic build."""
+    return _INDEX_OPS.sub("", name)
+
+
 def compare(baseline: dict[str, float], other: dict[str, float], top: int = 15) -> list[dict]:
-    """The `top` functions by the larger of their two times: seconds in each and the ratio other / baseline
-    (a function missing from one build shows 0 there)."""
-    names = sorted(set(baseline) | set(other), key=lambda n: -max(baseline.get(n, 0.0), other.get(n, 0.0)))
+    """The `top` kernels by the larger of their two times, matched across builds by kernel_family (times of
+    functions of one family summed): seconds in each and the ratio other / baseline (a kernel missing from
+    one build shows 0 there)."""
+    families: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for column, times in enumerate((baseline, other)):
+        for name, seconds in times.items():
+            families[kernel_family(name)][column] += seconds
+    names = sorted(families, key=lambda n: -max(families[n]))
     rows = []
     for name in names[:top]:
-        a, b = baseline.get(name, 0.0), other.get(name, 0.0)
+        a, b = families[name]
         rows.append({"function": name, "baseline_s": a, "other_s": b, "ratio": b / a if a else float("inf")})
     return rows

@@ -1,0 +1,33 @@
+"""runtime.profile (unit tier, no TVM call): kernels matched across a static and a symbolic build."""
+
+import pytest
+
+from kokoro_tvm.runtime.profile import compare, kernel_family
+
+STATIC = {
+    "fused_conv1d24_add64_expand_dims1_less7_where14": 0.30,
+    "fused_conv1d26_add64": 0.10,
+    "layer_norm3": 0.02,
+}
+SYMBOLIC = {  # the same kernels; the first fuses an arange the static build had as a constant
+    "fused_conv1d24_add64_arange10_expand_dims24_expand_dims1_less7_where14": 0.33,
+    "fused_conv1d26_add64": 0.10,
+    "shape_func": 0.001,
+}
+
+
+def test_index_ops_do_not_split_a_kernel():
+    assert kernel_family("fused_conv1d24_add64_arange10_expand_dims24_expand_dims1_less7_where14") == (
+        "fused_conv1d24_add64_less7_where14"
+    )
+    assert kernel_family("fused_conv1d26_add64") == "fused_conv1d26_add64"
+
+
+def test_compare_pairs_kernels_and_keeps_the_unmatched():
+    rows = {r["function"]: r for r in compare(STATIC, SYMBOLIC)}
+    conv = rows["fused_conv1d24_add64_less7_where14"]
+    assert conv["baseline_s"] == 0.30 and conv["other_s"] == 0.33 and conv["ratio"] == pytest.approx(1.1)
+    assert rows["fused_conv1d26_add64"]["ratio"] == 1.0
+    assert rows["layer_norm3"]["other_s"] == 0.0 and rows["shape_func"]["ratio"] == float("inf")
+    assert list(rows)[0] == "fused_conv1d24_add64_less7_where14"  # largest first
+    assert len(compare(STATIC, SYMBOLIC, top=2)) == 2
