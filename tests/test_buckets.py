@@ -139,3 +139,38 @@ def test_dynamic_lengths_pad_less_than_any_bucket_set():
             evaluate(DynamicLengths(), lengths, _linear_flops())["total_overhead"]
             <= (evaluate(candidate, lengths, _linear_flops())["total_overhead"])
         )
+
+
+def _build_records(lengths_by_component):
+    # build seconds 10 + 0.01 per unit of length, library bytes 1000 per unit: a known line to recover
+    return [
+        {"component": c, "length": n, "build_seconds": 10 + 0.01 * n, "library_bytes": 1000 * n}
+        for c, lengths in lengths_by_component.items()
+        for n in lengths
+    ]
+
+
+def test_build_cost_model_fits_a_line_through_two_or_more_lengths():
+    from kokoro_tvm.components import FRAME_COMPONENTS, NAMES, TOKEN_COMPONENTS
+    from kokoro_tvm.studies.bucket_choice import build_cost_model, estimated_build_cost
+
+    fits = build_cost_model(_build_records({c: (32, 64, 128) for c in NAMES}))
+    assert all(fit["degree"] == 1 for fit in fits.values())
+    cost = estimated_build_cost(SMALL, fits)
+    expected_seconds = len(TOKEN_COMPONENTS) * sum(10 + 0.01 * n for n in SMALL.tokens) + len(FRAME_COMPONENTS) * sum(
+        10 + 0.01 * n for n in SMALL.frames
+    )
+    assert cost["estimated_build_seconds"] == pytest.approx(expected_seconds, rel=1e-9)  # exact line: only rounding
+
+
+def test_build_cost_model_from_one_length_is_a_labelled_constant():
+    from kokoro_tvm.components import FRAME_COMPONENTS, NAMES, TOKEN_COMPONENTS
+    from kokoro_tvm.studies.bucket_choice import build_cost_model, estimated_build_cost
+
+    fits = build_cost_model(_build_records({c: (64,) for c in NAMES}))  # a FAST run measures one length
+    assert all(fit["degree"] == 0 for fit in fits.values())
+    cost = estimated_build_cost(SMALL, fits)
+    artifacts = len(TOKEN_COMPONENTS) * len(SMALL.tokens) + len(FRAME_COMPONENTS) * len(SMALL.frames)
+    assert cost["estimated_build_seconds"] == pytest.approx(artifacts * (10 + 0.64), rel=1e-9)
+    with pytest.raises(ValueError, match="no build record of decoder"):
+        build_cost_model(_build_records({c: (64,) for c in NAMES if c != "decoder"}))

@@ -123,23 +123,29 @@ def evaluate(buckets: BucketSet | DynamicLengths, lengths: list[dict], flops: Fl
     }
 
 
-def build_cost_model(records: list[dict]) -> dict[str, dict[str, Polynomial]]:
+def build_cost_model(records: list[dict]) -> dict[str, dict]:
     """Linear fits of build seconds and library bytes against length, per component, from precompile records
-    (kokoro_tvm.compiler.build.precompile) of freshly built artifacts."""
+    (kokoro_tvm.compiler.build.precompile) of freshly built artifacts. A component measured at one length only
+    (a FAST run) gets a constant fit, "degree" 0, logged: its cost per artifact is taken as length-independent,
+    which underestimates the library bytes of longer buckets (they grow with the length)."""
     fits = {}
     for component in (*TOKEN_COMPONENTS, *FRAME_COMPONENTS):
         rows = [r for r in records if r["component"] == component]
-        if len({r["length"] for r in rows}) < 2:
-            continue
+        if not rows:
+            raise ValueError(f"no build record of {component}: the build-cost model needs every component")
         lengths = [r["length"] for r in rows]
+        degree = 1 if len(set(lengths)) >= 2 else 0
+        if degree == 0:
+            log.warning("%s built at one length only (%d): its build cost is taken as constant", component, lengths[0])
         fits[component] = {
-            "build_seconds": _fit(lengths, [r["build_seconds"] for r in rows], 1),
-            "library_bytes": _fit(lengths, [r["library_bytes"] for r in rows], 1),
+            "build_seconds": _fit(lengths, [r["build_seconds"] for r in rows], degree),
+            "library_bytes": _fit(lengths, [r["library_bytes"] for r in rows], degree),
+            "degree": degree,
         }
     return fits
 
 
-def estimated_build_cost(buckets: BucketSet, fits: dict[str, dict[str, Polynomial]]) -> dict:
+def estimated_build_cost(buckets: BucketSet, fits: dict[str, dict]) -> dict:
     """A whole set's build seconds and disk from the fits (an estimate: labelled so wherever it is shown)."""
     seconds = disk = 0.0
     for component, sizes in [(c, buckets.tokens) for c in TOKEN_COMPONENTS] + [
@@ -217,4 +223,3 @@ if __name__ == "__main__":  # the subprocess of profile_artifact
 
     folder, component, length, runs = sys.argv[1:]
     print(json.dumps(_profile_here(folder, component, int(length), int(runs))))
-
