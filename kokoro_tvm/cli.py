@@ -1,4 +1,4 @@
-"""`kokoro-tvm` command line: say, compile, gpu-build, compare, bench, pipeline, weights.
+"""`kokoro-tvm` command line: say, compile, gpu-build, gpu-check, compare, bench, pipeline, weights.
 
 Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
 `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
@@ -26,6 +26,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from kokoro_tvm.frontend.text import TextError
     from kokoro_tvm.frontend.voices import UnknownVoiceError
     from kokoro_tvm.report.notebook_runner import PipelineError
+    from kokoro_tvm.runtime.bundle_runner import BundleError
     from kokoro_tvm.weights.onnx_int8 import CorruptModelError
     from kokoro_tvm.weights.resolve import WeightsError
 
@@ -37,6 +38,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         MissingPackageError,
         ArtifactError,
         PipelineError,
+        BundleError,
         ValueError,
         OSError,
     )
@@ -126,6 +128,33 @@ def cmd_gpu_build(args: argparse.Namespace) -> int:
         failed += bool(entry["problems"]) or entry.get("nvcc", {}).get("status") == "failed"
     log.info("%d component(s) built for %s into %s; %d with problems", len(lengths), args.target, args.out, failed)
     return 1 if failed else 0
+
+
+def cmd_gpu_check(args: argparse.Namespace) -> int:
+    from kokoro_tvm.studies import gpu_check
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    gpu_check.check_device(args.target)
+    out = Path(args.out or f"outputs/gpu_check/{args.target}")
+    if args.score:  # results of run_bundle.py from another machine, scored here
+        print(json.dumps(gpu_check.score(out / "bundle", args.score)))
+        return 0
+    if args.target != "cpu" and not args.bundle_only:
+        from kokoro_tvm.runtime.devices import require_device
+
+        require_device(args.target)  # before any weights load or build
+    model, info = load_kmodel(args.weights)
+    utterances = gpu_check.default_utterances(quick=args.quick)
+    if args.bundle_only:
+        bundle = gpu_check.make_bundle(model, info.fingerprint, args.target, out / "bundle", utterances,
+                                       with_runtime=args.runtime_kit)  # fmt: skip
+        print(json.dumps({"bundle": str(out / "bundle"), "bytes": bundle["bytes"], "parts": len(bundle["parts"]),
+                          "run": bundle["run"]}))  # fmt: skip
+        return 0
+    report = gpu_check.gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs)
+    print(json.dumps(report))
+    passed = report["all_within_tolerance"] and all(u["durations_equal_cpu"] for u in report["utterances"])
+    return 0 if passed else 1
 
 
 def cmd_weights(args: argparse.Namespace) -> int:
@@ -229,6 +258,19 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--export", action="store_true", help="also export a Metal library (macOS only)")
     gpu.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     gpu.set_defaults(func=cmd_gpu_build)
+
+    check = sub.add_parser(
+        "gpu-check", help="run every component on a device against the CPU build's outputs (a check bundle)"
+    )
+    check.add_argument("--target", choices=("cuda", "metal", "cpu"), default="cuda", help="cpu: the check of the check")
+    check.add_argument("--out", help="folder for bundle/, results/ and report.json (default outputs/gpu_check/TARGET)")
+    check.add_argument("--quick", action="store_true", help="one short utterance instead of three")
+    check.add_argument("--runs", type=_positive_int, default=10, help="timed calls per component (default 10)")
+    check.add_argument("--bundle-only", action="store_true", help="only write the bundle (to run elsewhere)")
+    check.add_argument("--runtime-kit", action="store_true", help="with --bundle-only: carry TVM's runtime too")
+    check.add_argument("--score", metavar="RESULTS", help="score run_bundle.py's results folder against OUT/bundle")
+    check.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+    check.set_defaults(func=cmd_gpu_check)
 
     compile_ = sub.add_parser("compile", help="precompile every artifact of a bucket set into the cache")
     compile_.add_argument(

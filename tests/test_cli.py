@@ -62,3 +62,21 @@ def test_weights_prints_one_json_line_for_an_explicit_file(capsys, tmp_path):
     line = json.loads(capsys.readouterr().out.strip())
     assert line["source"] == "explicit" and line["path"] == str(path)
     assert line["fingerprint"] == fingerprint(state) and line["n_keys"] == len(TOP_MODULES)
+
+
+@pytest.mark.skipif(__import__("sys").platform == "darwin", reason="macOS can make a Metal bundle")
+def test_gpu_check_for_metal_off_macos_is_one_line(capsys):
+    assert main(["gpu-check", "--target", "metal", "--bundle-only"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kokoro-tvm: error:") and "built on macOS" in err and "\n" not in err
+
+
+def test_gpu_check_without_the_device_is_one_line_before_any_build(capsys, tmp_path):
+    from kokoro_tvm.runtime.devices import device_exists
+
+    if device_exists("cuda"):
+        pytest.skip("this machine has a CUDA device")
+    assert main(["gpu-check", "--target", "cuda", "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no cuda device on this machine" in err and "\n" not in err
+    assert not (tmp_path / "g").exists()  # refused before any bundle was written

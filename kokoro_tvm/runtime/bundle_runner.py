@@ -1,0 +1,258 @@
+"""Run a device check bundle (kokoro_tvm.studies.gpu_check) anywhere TVM's runtime runs: one file, standalone.
+
+Needs only numpy and TVM's runtime (`import tvm` with TVM_USE_RUNTIME_LIB=1 works: the compiler library is not
+loaded; the bundle may carry that runtime as `runtime_kit/`). It imports nothing from kokoro_tvm, so it is
+copied into each bundle as `run_bundle.py` and runs on a machine that has neither this project nor torch:
+
+    python run_bundle.py BUNDLE --device cuda --out RESULTS_DIR
+
+For every component it loads the library on the device, uploads the parameters once, and for every recorded
+case (the exact inputs that component received from the CPU build while speaking an utterance) runs it:
+warm-up calls, then timed calls with a device sync around each; the outputs are compared with the CPU build's
+(max abs error and relative L2 error per output) and written to RESULTS_DIR/outputs/<case>.npz, so that audio
+quality and durations can be scored where the project is installed. RESULTS_DIR/results.json holds it all, with
+the device's name; the exit status is 1 when any output is past the bundle's tolerance, 2 on a bad bundle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("run_bundle")
+
+BUNDLE_FORMAT = 1
+
+
+class BundleError(RuntimeError):
+    """The bundle is missing, incomplete or of another format."""
+
+
+def read_bundle(folder) -> dict:
+    folder = Path(folder)
+    path = folder / "bundle.json"
+    if not path.is_file():
+        raise BundleError(f"{folder} is not a check bundle: no bundle.json")
+    try:
+        bundle = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path} is not valid JSON: {exc}") from exc
+    if bundle.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{path}: format {bundle.get('format')!r}, this runner reads format {BUNDLE_FORMAT}")
+    missing = [
+        rel
+        for entry in bundle["libraries"].values()
+        for rel in (entry["library"], entry["params"])
+        if not (folder / rel).is_file()
+    ] + [case["inputs"] for case in bundle["cases"] if not (folder / case["inputs"]).is_file()]
+    missing += [case["library"] for case in bundle["cases"] if case["library"] not in bundle["libraries"]]
+    if missing:
+        raise BundleError(f"{folder}: missing {', '.join(missing)}")
+    return bundle
+
+
+def load_params(path, names: list[str]) -> list[np.ndarray]:
+    """Parameters in call order. A tensor with at most 256 distinct values (the int8-derived weights) is stored
+    losslessly as a codebook and uint8 indices (`<i>.codebook`, `<i>.index`), others as `<i>`."""
+    with np.load(path) as npz:
+        arrays = []
+        for i in range(len(names)):
+            if f"{i}.codebook" in npz.files:
+                arrays.append(npz[f"{i}.codebook"][npz[f"{i}.index"]])
+            else:
+                arrays.append(npz[str(i)])
+    return arrays
+
+
+def _rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
+    a, e = actual.astype(np.float64).ravel(), expected.astype(np.float64).ravel()
+    norm = float(np.linalg.norm(e))
+    return float(np.linalg.norm(a - e)) / norm if norm > 0 else float(np.linalg.norm(a))
+
+
+class _Component:
+    def __init__(self, folder: Path, entry: dict, device):
+        import tvm
+        from tvm.runtime.vm import VirtualMachine
+
+        self.tvm, self.device = tvm, device
+        self.vm = VirtualMachine(tvm.runtime.load_module(str(folder / entry["library"])), device)
+        params = load_params(folder / entry["params"], entry["param_names"])
+        self.params = [tvm.runtime.tensor(np.ascontiguousarray(p), device=device) for p in params]
+        if entry.get("transform_params"):
+            lifted = self.vm[entry["transform_params"]](self.params)
+            self.params = [lifted[i] for i in range(len(lifted))]
+        self.length_tile = entry.get("length_tile")
+
+    def upload(self, arrays: list[np.ndarray], tiles: int | None) -> list:
+        tensors = [self.tvm.runtime.tensor(np.ascontiguousarray(a), device=self.device) for a in arrays]
+        return tensors + ([self.tvm.runtime.ShapeTuple([int(tiles)])] if tiles is not None else [])
+
+    def call(self, tensors: list):
+        out = self.vm["main"](*tensors, *self.params)
+        self.device.sync()
+        return out
+
+
+def _as_numpy(out) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    return [out[i].numpy() for i in range(len(out))]
+
+
+def _device_name(device) -> str:
+    try:
+        name = device.device_name
+    except Exception:  # not every device type reports a name (the CPU does not)
+        name = None
+    if name:
+        return str(name)
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _use_every_cpu() -> None:
+    """TVM's CPU thread pool defaults to half the logical CPUs on x86; use all of them unless TVM_NUM_THREADS is
+    set (the same rule as kokoro_tvm.runtime.devices.use_every_cpu, which this file may not import)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("TVM_NUM_THREADS", str(cpus))
+
+
+def _load_device_runtime(device: str) -> None:
+    """TVM's device runtime (libtvm_runtime_cuda.so, ...) beside libtvm_runtime.so. A full `import tvm` loads it
+    with the backends; the runtime-only mode (TVM_USE_RUNTIME_LIB=1) does not, so it is loaded here. Without
+    it a device library cannot be read ("a loader of that name is not registered")."""
+    import tvm_ffi
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    if device == "cpu" or tvm_ffi.get_global_func(f"ffi.Module.load_from_bytes.{device}", allow_missing=True):
+        return
+    runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    try:
+        _LOADED_LIBS[f"tvm_runtime_{device}"] = load_lib_ctypes(
+            "tvm", f"tvm_runtime_{device}", "RTLD_LOCAL", extra_lib_paths=[runtime_dir]
+        )
+    except (OSError, RuntimeError) as exc:  # e.g. libcuda.so.1 (the driver) or libcudart missing
+        raise BundleError(f"cannot load TVM's {device} runtime from {runtime_dir}: {exc}") from exc
+
+
+def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None) -> dict:
+    """Run every case of the bundle at `folder` on `device`; returns (and, with `out_dir`, writes) the results."""
+    _use_every_cpu()
+    import tvm
+
+    folder = Path(folder)
+    bundle = read_bundle(folder)
+    _load_device_runtime(device)
+    dev = tvm.device(device, 0)
+    if not dev.exist:
+        raise BundleError(f"no {device} device on this machine")
+    if bundle["device"] != device:
+        raise BundleError(f"the bundle was built for {bundle['device']}, not {device}")
+    out_dir = Path(out_dir) if out_dir is not None else None
+    if out_dir is not None:
+        (out_dir / "outputs").mkdir(parents=True, exist_ok=True)
+    tolerance = bundle["tolerance_rel_l2"]
+    loaded, rows = {}, []
+    for case in bundle["cases"]:
+        key = case["library"]
+        if key not in loaded:
+            start = time.perf_counter()
+            loaded[key] = _Component(folder, bundle["libraries"][key], dev)
+            log.info("%s loaded on %s in %.1f s", key, device, time.perf_counter() - start)
+        component = loaded[key]
+        with np.load(folder / case["inputs"]) as npz:
+            inputs = [npz[f"input{i}"] for i in range(case["n_inputs"])]
+            expected = [npz[f"expected{i}"] for i in range(case["n_outputs"])]
+        tensors = component.upload(inputs, case.get("tiles"))
+        for _ in range(warmup):
+            component.call(tensors)
+        seconds = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            out = component.call(tensors)
+            seconds.append(time.perf_counter() - start)
+        outputs = _as_numpy(out)
+        errors = [
+            {
+                "shape": list(e.shape),
+                "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))),
+                "rel_l2": _rel_l2(a, e),
+            }
+            for a, e in zip(outputs, expected, strict=True)
+        ]
+        row = {
+            "case": case["name"],
+            "utterance": case["utterance"],
+            "component": case["component"],
+            "library": key,
+            "length": case["length"],
+            "errors": errors,
+            "worst_rel_l2": max(e["rel_l2"] for e in errors),
+            "within_tolerance": all(e["rel_l2"] <= tolerance for e in errors),
+            "seconds_median": statistics.median(seconds),
+            "seconds_min": min(seconds),
+            "seconds_max": max(seconds),
+            "runs": runs,
+        }
+        rows.append(row)
+        log.info(
+            "%s: worst rel L2 %.2e, %.2f ms median", case["name"], row["worst_rel_l2"], 1e3 * row["seconds_median"]
+        )
+        if out_dir is not None:
+            np.savez(out_dir / "outputs" / f"{case['name']}.npz", **{f"output{i}": a for i, a in enumerate(outputs)})
+    results = {
+        "format": BUNDLE_FORMAT,
+        "device": device,
+        "device_name": _device_name(dev),
+        "host": platform.node(),
+        "platform": sys.platform,
+        "tvm": getattr(tvm, "__version__", "unknown"),
+        "tvm_runtime_only": os.environ.get("TVM_USE_RUNTIME_LIB") == "1",
+        "tvm_location": str(Path(tvm.__file__).parent),
+        "cpu_threads": int(os.environ["TVM_NUM_THREADS"]),
+        "bundle": {k: bundle[k] for k in ("device", "target", "dtype", "created")},
+        "tolerance_rel_l2": tolerance,
+        "cases": rows,
+        "all_within_tolerance": all(r["within_tolerance"] for r in rows),
+        "imported_project": any(m == "kokoro_tvm" or m.startswith("kokoro_tvm.") for m in sys.modules),
+    }
+    if out_dir is not None:
+        (out_dir / "results.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="run_bundle", description=__doc__.splitlines()[0])
+    parser.add_argument("bundle", help="the bundle folder (holds bundle.json)")
+    parser.add_argument("--device", default="cuda", help="cpu, cuda or metal (default cuda)")
+    parser.add_argument("--out", required=True, help="folder for results.json and outputs/")
+    parser.add_argument("--runs", type=int, default=10, help="timed calls per case (default 10)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="run_bundle: %(message)s")
+    try:
+        results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out)
+    except BundleError as exc:
+        print(f"run_bundle: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: results[k] for k in ("device", "device_name", "all_within_tolerance")}))
+    return 0 if results["all_within_tolerance"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The device check's standalone runner (kokoro_tvm/runtime/bundle_runner.py) on a tiny bundle built here: it feeds
+each library its recorded inputs and parameters, flags an output past the tolerance, and refuses a bad bundle
+with one line. Unit tier: a two-op Relax module, no weights; the real-weights run is tests/test_gpu_check_real.py."""
+
+import json
+
+import numpy as np
+import pytest
+
+from kokoro_tvm.runtime import bundle_runner
+from kokoro_tvm.studies.gpu_check import TOLERANCE_REL_L2, pack_params, transfer_parts
+
+
+def _tiny_library(path):
+    """main(x, w) -> (x * w, x * w + w), float32 [2, 3], exported like a component's library."""
+    import tvm
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    w = relax.Var("w", relax.TensorType((2, 3), "float32"))
+    with bb.function("main", [x, w]):
+        y = bb.emit(relax.op.multiply(x, w))
+        z = bb.emit(relax.op.add(y, w))
+        bb.emit_func_output(relax.Tuple([y, z]))
+    tvm.compile(bb.get(), target=tvm.target.Target({"kind": "llvm"})).export_library(str(path))
+
+
+@pytest.fixture(scope="module")
+def tiny_library(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "tiny.so"
+    _tiny_library(path)
+    return path
+
+
+def _bundle(folder, library, expected_scale=1.0, device="cpu"):
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 3)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    for sub in ("libs", "params", "cases"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    (folder / "libs" / "tiny.so").write_bytes(library.read_bytes())
+    np.savez(folder / "params" / "tiny.npz", **pack_params([w]))
+    y = x * w
+    np.savez(folder / "cases" / "one.npz", input0=x, expected0=y * expected_scale, expected1=y + w)
+    bundle = {
+        "format": bundle_runner.BUNDLE_FORMAT,
+        "device": device,
+        "target": {"kind": "llvm"},
+        "dtype": "float32",
+        "created": "now",
+        "tolerance_rel_l2": TOLERANCE_REL_L2,
+        "libraries": {"tiny": {"component": "tiny", "library": "libs/tiny.so", "params": "params/tiny.npz",
+                               "param_names": ["w"], "length_tile": None, "transform_params": None}},
+        "cases": [{"name": "one", "utterance": "u", "component": "tiny", "library": "tiny", "length": 3,
+                   "tiles": None, "inputs": "cases/one.npz", "n_inputs": 1, "n_outputs": 2}],
+    }  # fmt: skip
+    (folder / "bundle.json").write_text(json.dumps(bundle))
+    return folder
+
+
+def test_the_runner_matches_the_recorded_outputs_and_keeps_them(tmp_path, tiny_library):
+    folder = _bundle(tmp_path / "b", tiny_library)
+    assert bundle_runner.main([str(folder), "--device", "cpu", "--out", str(tmp_path / "r"), "--runs", "3"]) == 0
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    (case,) = results["cases"]
+    # x * w is exact in float32 either way; x * w + w may be one fused multiply-add here and two roundings in
+    # numpy: at most an ulp apart, far inside the tolerance
+    assert case["errors"][0]["max_abs"] == 0.0 and case["errors"][1]["rel_l2"] < 1e-6
+    assert case["within_tolerance"] and results["all_within_tolerance"] and case["runs"] == 3
+    assert case["seconds_min"] <= case["seconds_median"] <= case["seconds_max"]
+    with np.load(tmp_path / "r" / "outputs" / "one.npz") as npz:
+        assert npz["output0"].shape == (2, 3)
+
+
+def test_an_output_past_the_tolerance_fails_the_run(tmp_path, tiny_library):
+    folder = _bundle(tmp_path / "b", tiny_library, expected_scale=1.01)  # a 1% error: 100x the tolerance
+    assert bundle_runner.main([str(folder), "--device", "cpu", "--out", str(tmp_path / "r"), "--runs", "1"]) == 1
+    (case,) = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]
+    assert not case["within_tolerance"] and case["worst_rel_l2"] == pytest.approx(0.01 / 1.01, rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (lambda f: (f / "bundle.json").unlink(), "not a check bundle"),
+        (lambda f: (f / "libs" / "tiny.so").unlink(), "missing libs/tiny.so"),
+        (lambda f: (f / "bundle.json").write_text("{"), "not valid JSON"),
+    ],
+)
+def test_a_bad_bundle_is_one_line(tmp_path, tiny_library, capsys, spoil, message):
+    folder = _bundle(tmp_path / "b", tiny_library)
+    spoil(folder)
+    assert bundle_runner.main([str(folder), "--device", "cpu", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("run_bundle: error:") and message in err and "\n" not in err
+
+
+def test_a_bundle_runs_only_on_its_device(tmp_path, tiny_library, capsys):
+    folder = _bundle(tmp_path / "b", tiny_library, device="cuda")
+    assert bundle_runner.main([str(folder), "--device", "cpu", "--out", str(tmp_path / "r")]) == 2
+    assert "built for cuda, not cpu" in capsys.readouterr().err
+
+
+def test_parameters_with_few_values_travel_as_a_lossless_codebook(tmp_path):
+    rng = np.random.default_rng(1)
+    quantized = (rng.integers(-128, 128, (64, 40)) * np.float32(0.013)).astype(np.float32)  # int8-derived
+    free = rng.standard_normal((50, 7)).astype(np.float32)
+    packed = pack_params([quantized, free])
+    assert packed["0.index"].dtype == np.uint8 and "1" in packed  # only the first is coded
+    np.savez_compressed(tmp_path / "p.npz", **packed)
+    restored = bundle_runner.load_params(tmp_path / "p.npz", ["q", "f"])
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(restored, [quantized, free], strict=True))
+
+
+def test_transfer_parts_hold_every_file_within_the_limit(tmp_path):
+    sizes = {"a": 60, "b": 50, "c": 30, "d": 20, "e": 10}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    parts = transfer_parts(tmp_path, limit=80)
+    assert sorted(name for part in parts for name in part) == sorted(sizes)
+    assert all(sum(sizes[n] for n in part) <= 80 for part in parts) and len(parts) == 3  # 60+20, 50+30, 10

@@ -1,0 +1,83 @@
+"""Real-weights tier: the device check bundle made for this CPU and run by its standalone runner in a separate
+process with TVM's runtime only (the bundle's runtime_kit, no compiler library, no kokoro_tvm import), as a GPU
+machine without this project would run it; then scored back here against the CPU build and pt.dynamic. The
+five symbolic-length builds are the ones tests/test_dynamic_real.py uses (the shared cache: built once)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kokoro_tvm.studies import gpu_check
+
+pytestmark = pytest.mark.real
+
+# The bundle's CPU libraries are the CPU runtime's own builds, fed the inputs the runtime gave them: any
+# difference at all means the runner passed inputs, parameters or tile counts differently. 1e-6 leaves room
+# only for a reduction that a thread pool of another size might split differently.
+SAME_BUILD_REL_L2 = 1e-6
+PESQ_MIN, STOI_MIN = 4.4, 0.99  # the fp32 bars of the audio comparison (NOTES/audio_comparison.md)
+
+
+@pytest.fixture(scope="module")
+def cpu_bundle(kmodel, tmp_path_factory):
+    model, info = kmodel
+    folder = tmp_path_factory.mktemp("gpu-check") / "bundle"
+    bundle = gpu_check.make_bundle(
+        model, info.fingerprint, "cpu", folder, gpu_check.default_utterances(quick=True), with_runtime=True
+    )
+    return folder, bundle
+
+
+@pytest.fixture(scope="module")
+def runner_results(cpu_bundle, tmp_path_factory):
+    folder, _ = cpu_bundle
+    out = tmp_path_factory.mktemp("gpu-check-results")
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1", PYTHONPATH=str(folder / "runtime_kit"))
+    done = subprocess.run(
+        [sys.executable, "run_bundle.py", ".", "--device", "cpu", "--out", str(out), "--runs", "2", "--warmup", "1"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_the_bundle_records_every_component_call_once(cpu_bundle):
+    from kokoro_tvm.components import NAMES
+
+    _, bundle = cpu_bundle
+    assert sorted(case["component"] for case in bundle["cases"]) == sorted(NAMES)  # one utterance, one call each
+    assert set(bundle["libraries"]) == set(NAMES) and not bundle["symbolic_failures"]
+    assert all(case["tiles"] * 32 == case["length"] for case in bundle["cases"])  # symbolic builds, whole tiles
+
+
+def test_the_runner_needs_only_the_tvm_runtime(cpu_bundle, runner_results):
+    folder, _ = cpu_bundle
+    _, results = runner_results
+    assert results["tvm_runtime_only"] and not results["imported_project"]
+    assert results["tvm_location"].startswith(str(folder / "runtime_kit"))
+    assert not any(p.name == "libtvm_compiler.so" for p in (folder / "runtime_kit").rglob("*.so"))
+
+
+def test_every_component_reproduces_the_cpu_build(runner_results):
+    _, results = runner_results
+    assert results["all_within_tolerance"]
+    worst = {case["component"]: case["worst_rel_l2"] for case in results["cases"]}
+    assert max(worst.values()) <= SAME_BUILD_REL_L2, worst
+
+
+def test_scored_audio_and_durations(cpu_bundle, runner_results):
+    folder, _ = cpu_bundle
+    out, _ = runner_results
+    (row,) = gpu_check.score(folder, out)["utterances"]
+    assert row["durations_equal_cpu"] and row["durations_equal_pt"]
+    assert row["audio_rel_l2_vs_cpu"] <= SAME_BUILD_REL_L2
+    assert row["pesq_wb_vs_pt"] >= PESQ_MIN and row["stoi_vs_pt"] >= STOI_MIN
+    assert np.isclose(row["audio_seconds"], row["frames"] * 600 / 24000)
