@@ -177,6 +177,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         bucket=args.bucket,
         device=args.device,
         buckets=args.buckets,
+        asr=not args.no_asr,
     )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
@@ -292,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--buckets", default="exact", help="TVM's shapes: 'exact' (default), a bucket set, or 'dynamic' (as for say)"
     )
     compare.add_argument("--json", action="store_true", help="one JSON line")
+    compare.add_argument("--no-asr", action="store_true", help="skip Whisper's word error rate on both audios")
     compare.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     compare.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (where one exists)")
     compare.set_defaults(func=cmd_compare)

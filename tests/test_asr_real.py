@@ -1,4 +1,5 @@
-"""Real-weights tier, end to end: `kokoro-tvm say` with jm_kumo, transcribed back by pocketsphinx."""
+"""Real-weights tier, end to end: `kokoro-tvm say` with jm_kumo, transcribed back by Whisper tiny.en (the default
+judge of kokoro_tvm.evaluation.asr)."""
 
 import json
 

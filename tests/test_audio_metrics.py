@@ -78,3 +78,18 @@ def test_mel_filters_cover_the_spectrum_once():
 def test_correlation_refuses_different_lengths():
     with pytest.raises(ValueError, match="shapes differ"):
         correlation(np.zeros(3), np.zeros(4))
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (" 1, 2, 3, 4, 5.", "one two three four five"),  # how Whisper writes spoken numbers
+        ("Sold 51 bonds at 105", "sold fifty one bonds at one hundred five"),
+        ("In 2024", "in two zero two four"),  # past 999: digit by digit
+        ("The girl's booth!", "the girl's booth"),
+    ],
+)
+def test_transcripts_and_references_compare_as_spoken_words(text, expected):
+    from kokoro_tvm.evaluation.asr import words
+
+    assert " ".join(words(text)) == expected

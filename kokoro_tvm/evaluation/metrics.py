@@ -157,13 +157,14 @@ def f0_metrics(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE
     return {"f0_rmse_hz": rmse_hz, "f0_rmse_cents": rmse_cents, "voicing_agreement": float(np.mean(v_ref == v_oth))}
 
 
-def word_error_rate(text: str, audio: np.ndarray, rate: int = SAMPLE_RATE) -> tuple[float, str]:
-    """(WER of pocketsphinx's transcript against the words of `text` (jiwer), the transcript)."""
+def word_error_rate(text: str, audio: np.ndarray, rate: int = SAMPLE_RATE, judge: str = "whisper") -> tuple[float, str]:
+    """(WER of `judge`'s transcript (kokoro_tvm.evaluation.asr) against the words of `text` (jiwer), the
+    transcript)."""
     import jiwer
 
     from kokoro_tvm.evaluation.asr import transcribe, words
 
-    hypothesis = transcribe(audio, rate)
+    hypothesis = transcribe(audio, rate, judge)
     return float(jiwer.wer(" ".join(words(text)), hypothesis or "<empty>")), hypothesis
 
 

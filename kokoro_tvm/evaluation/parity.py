@@ -48,11 +48,12 @@ def compare_text(
     bucket: int | None = None,
     device: str = "cpu",
     buckets: str = "exact",
+    asr: bool = False,
 ) -> dict:
     """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision`.
     `buckets`: 'exact' (each length compiled as it is), a bucket set, or 'dynamic' (the symbolic-length
     builds) as for `say`; `bucket`: with 'exact', pad the aligned-frame axis to that many frames (and the
-    token axis to token_bucket_for(T))."""
+    token axis to token_bucket_for(T)). `asr`: also Whisper's word error rate on both (the CLI's default)."""
     import torch
 
     from kokoro_tvm.compiled import check_device, compiled_kokoro
@@ -79,6 +80,13 @@ def compare_text(
     compiled = compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device).run_stages(
         chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket
     )
+    intelligibility = {}
+    if asr:
+        from kokoro_tvm.evaluation.metrics import word_error_rate
+
+        for name, audio in (("torch", reference.audio), ("tvm", compiled.audio)):
+            wer, transcript = word_error_rate(text, audio, judge="whisper")
+            intelligibility.update({f"whisper_wer_{name}": wer, f"whisper_transcript_{name}": transcript})
     return {
         "text": text,
         "voice": pack.name,
@@ -96,4 +104,5 @@ def compare_text(
         "noise": noise.description,
         "weights": info.source,
         "weights_fingerprint": info.fingerprint,
+        **intelligibility,
     }

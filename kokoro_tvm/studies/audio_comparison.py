@@ -94,9 +94,11 @@ def compare_backends(speakers: Speakers, sentences: list[str], backends=BACKENDS
             log.info("%s: sentence %d in %.1f s", backend, index, time.perf_counter() - start)
         reference = audio[index][REFERENCE]
         for backend, waveform in audio[index].items():
-            wer, transcript = word_error_rate(sentence, waveform)
+            wer, transcript = word_error_rate(sentence, waveform, judge="whisper")
+            wer_sphinx, _ = word_error_rate(sentence, waveform, judge="pocketsphinx")
             row = {"sentence": index, "backend": backend, "seconds": len(waveform) / SAMPLE_RATE}
-            row.update(wer=wer, transcript=transcript, samples_vs_reference=len(waveform) - len(reference))
+            row.update(wer=wer, transcript=transcript, wer_pocketsphinx=wer_sphinx)
+            row.update(samples_vs_reference=len(waveform) - len(reference))
             if backend != REFERENCE:
                 same_length = len(waveform) == len(reference)
                 row.update(audio_metrics(reference, waveform) if same_length else {})
@@ -114,6 +116,7 @@ SUMMARY_METRICS = (
     "pesq_wb",
     "stoi",
     "wer",
+    "wer_pocketsphinx",
 )
 
 
@@ -127,5 +130,6 @@ def summarize(rows: list[dict]) -> list[dict]:
         for metric in SUMMARY_METRICS:
             values = [r[metric] for r in mine if r.get(metric) is not None and np.isfinite(r[metric])]
             entry[metric] = float(np.median(values)) if values else None
+        entry["wer_mean"] = float(np.mean([r["wer"] for r in mine]))  # WER's median hides the few errors
         table.append(entry)
     return table
