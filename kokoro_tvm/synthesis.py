@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
-from kokoro_tvm.frontend.text import Chunk, prepare
+from kokoro_tvm.frontend.text import Chunk, foreign_letters, prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 from kokoro_tvm.reference.noise import NoiseSource, noise_source
 
@@ -140,6 +140,7 @@ def synthesize(
     metadata = {
         "text": text,
         "phonemes": [c.phonemes for c in chunks],
+        "foreign_letters": "".join(foreign_letters(text)) if text else "",  # named, not read: see the phonemes
         "voice": pack.name,
         "voice_source": pack.source,
         "speed": speed,

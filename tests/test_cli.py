@@ -39,7 +39,14 @@ def test_corrupt_or_foreign_weights_file_is_rejected(capsys, tmp_path):
     garbage = tmp_path / "garbage.pth"
     garbage.write_bytes(b"\x80\x02not a checkpoint" * 10)
     assert main(["weights", "--weights", str(garbage)]) == 2
-    assert "cannot read weights file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot read weights file" in err and err.count("\n") == 1  # one line, not torch's paragraphs
+    truncated = tmp_path / "truncated.pth"
+    torch.save({"bert": {"w": torch.zeros(1000)}}, truncated)
+    truncated.write_bytes(truncated.read_bytes()[:-200])  # a checkpoint cut short (a failed download)
+    assert main(["weights", "--weights", str(truncated)]) == 2
+    err = capsys.readouterr().err
+    assert "truncated, corrupt or not a checkpoint" in err and err.count("\n") == 1 and "miniz" not in err
     foreign = tmp_path / "foreign.pth"
     torch.save({"some": {"thing": torch.zeros(2)}}, foreign)
     assert main(["weights", "--weights", str(foreign)]) == 2

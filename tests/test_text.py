@@ -104,3 +104,18 @@ def test_syllabic_consonants_become_vocab_symbols(word):
     phonemes = text_to_phonemes(word)
     assert "\u0329" not in phonemes and "ᵊn" in phonemes
     assert prepare(text=word)[0].token_ids == tokenize(phonemes)
+
+
+def test_letters_outside_the_latin_script_are_found_and_warned_about(caplog):
+    from kokoro_tvm.frontend.text import foreign_letters
+
+    assert foreign_letters("Café naïve Ærø") == []  # accented Latin letters are read
+    assert foreign_letters("你好 мир, 你") == ["你", "好", "м", "и", "р"]
+    with caplog.at_level("WARNING", logger="kokoro_tvm.frontend.text"):
+        (chunk,) = prepare(text="你好 hello")
+    assert "2 letter(s) outside the Latin script (你好)" in caplog.text
+    assert chunk.phonemes  # still spoken (espeak-ng names them), never dropped silently
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="kokoro_tvm.frontend.text"):
+        prepare(text="hello there")
+    assert "outside the Latin script" not in caplog.text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from kokoro_tvm.config import MAX_PHONEMES, PAD_TOKEN_ID, load_vocab
@@ -65,10 +66,29 @@ def _espeak_g2p():
     return EspeakG2P(language=G2P_LANGUAGE)
 
 
+def foreign_letters(text: str) -> list[str]:
+    """Letters outside the Latin script (Chinese, Cyrillic, Greek, ...), each once in order of appearance. The
+    English G2P does not read them: espeak-ng names them instead ("Chinese letter", "Cyrillic ...")."""
+    found = []
+    for ch in text:
+        if ch.isalpha() and "LATIN" not in unicodedata.name(ch, "") and ch not in found:
+            found.append(ch)
+    return found
+
+
 def text_to_phonemes(text: str) -> str:
-    """English text -> Kokoro phoneme string (espeak-ng en-us through misaki's symbol mapping)."""
+    """English text -> Kokoro phoneme string (espeak-ng en-us through misaki's symbol mapping). Letters outside
+    the Latin script are spoken as espeak-ng's names for them, with a warning (the phonemes say what was said)."""
     if not any(ch.isalnum() for ch in text):
         raise EmptyTextError(f"nothing to say: the text {text!r} has no letters or digits")
+    foreign = foreign_letters(text)
+    if foreign:
+        log.warning(
+            "%d letter(s) outside the Latin script (%s): the English G2P does not read them, it names them "
+            "(e.g. 'Chinese letter'); the phonemes in the output's sidecar show what is spoken",
+            len(foreign),
+            "".join(foreign[:10]),
+        )
     phonemes, _ = _espeak_g2p()(text)
     phonemes = SYLLABIC_CONSONANT.sub("ᵊ\\1", " ".join(phonemes.split()))
     _require_sound(phonemes, f"the text {text!r}")

@@ -105,11 +105,20 @@ def _hf_cached_weights() -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+def _first_sentence(exc: BaseException) -> str:
+    """torch's own reason without its paragraphs of advice (the weights_only explanation, miniz's notes)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text.split(". ")[0].rstrip(".")
+
+
 def _read_state_dicts(path: Path) -> StateDicts:
     try:
-        loaded = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's pickle-protocol notes on a foreign file: the error says it
+            warnings.simplefilter("ignore")
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for truncated or foreign files
-        raise WeightsError(f"cannot read weights file {path}: {exc}") from exc
+        raise WeightsError(f"cannot read weights file {path} (truncated, corrupt or not a checkpoint): "
+                           f"{_first_sentence(exc)}") from exc  # fmt: skip
     if not isinstance(loaded, dict) or not set(TOP_MODULES) <= set(loaded):
         raise WeightsError(
             f"{path} is not a Kokoro weights file: expected a dict with keys {list(TOP_MODULES)}, "
