@@ -1,9 +1,11 @@
 """The shared analysis report: outputs/index.html and outputs/summary.json over every executed notebook.
 
 Built from what the notebooks wrote (outputs/<notebook>/metrics.json and the figures beside it), so it can be
-regenerated at any time without rerunning anything. Key metrics are the scalar values of each metrics.json
-(top level, and one level into dicts); figures are the PNGs the notebook saved. Provenance (git SHA, versions,
-machine, time) comes from each notebook's own record; the weights are stated once for the page.
+regenerated at any time without rerunning anything. The page opens with the headline findings of every
+notebook (kokoro_tvm.report.claims, `headline=True`), each with its status and a link to its section; each
+section starts with all of its notebook's findings, then its parameters, key metrics (the scalar values of its
+metrics.json, top level and one level into dicts; folded when long) and the PNGs it saved. Provenance (git SHA,
+versions, machine, time) comes from each notebook's own record; the weights are stated once for the page.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import logging
 from pathlib import Path
 
 from kokoro_tvm.paths import outputs_dir
+from kokoro_tvm.report.claims import status
+
+FOLD_METRICS_OVER = 8  # key-metric tables longer than this are folded (<details>)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,7 @@ def _notebook_entry(folder: Path, root: Path) -> dict | None:
         "notebook": folder.name,
         "parameters": record.get("parameters", {}),
         "key_metrics": key_metrics(record.get("metrics", {})),
+        "claims": record.get("claims", []),
         "figures": sorted(str(p.relative_to(root)) for p in folder.glob("*.png")),
         "executed_notebook": str(executed.relative_to(root)) if executed.exists() else None,
         "git_sha": record.get("git_sha"),
@@ -90,18 +96,51 @@ thead th { background: #f0f0f0; }
 section { border-top: 2px solid #ddd; margin-top: 2em; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.3em 0; }
 code { background: #f6f6f6; }
+td.pass { color: #176317; font-weight: bold; }
+td.fail { color: #b00020; font-weight: bold; }
+td.na { color: #777; }
+details { margin: 0.5em 0; }
 """
+
+
+def _findings_table(claims: list[dict], with_notebook: bool = False) -> str:
+    head = "<th>finding</th><th>value</th><th>must be</th><th>status</th>"
+    head += "<th>notebook</th>" if with_notebook else ""
+    rows = []
+    for c in claims:
+        state = status(c)
+        css = {"pass": "pass", "FAIL": "fail"}.get(state, "na")
+        where = html.escape(c["notebook"])
+        link = f'<td><a href="#{where}">{where}</a></td>' if with_notebook else ""
+        rows.append(
+            f"<tr><td>{html.escape(c['name'])}</td><td>{_cell(c['value'])}</td>"
+            f"<td>{html.escape(c['op'])} {_cell(c['threshold'])}</td>"
+            f"<td class='{css}'>{html.escape(state)}</td>{link}</tr>"
+        )
+    return f"<table class='findings'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _run_fields(summary: dict) -> dict:
+    machine, weights = summary.get("machine") or {}, summary.get("weights") or {}
+    fields = {
+        "git SHA": summary.get("git_sha") or "unknown",
+        "generated (UTC)": summary["generated_utc"],
+        "machine": machine.get("platform", "unknown"),
+        "processor": machine.get("processor", "unknown"),
+        "weights": weights.get("source", "unknown"),
+        "weights fingerprint": weights.get("fingerprint", "unknown"),
+    }
+    if weights.get("note"):
+        fields["weights note"] = weights["note"]
+    fields.update({f"version: {k}": v for k, v in summary.get("versions", {}).items()})
+    return fields
 
 
 def render_html(summary: dict) -> str:
     sha = summary.get("git_sha") or "unknown"
-    head = {
-        "git SHA": sha,
-        "generated (UTC)": summary["generated_utc"],
-        "machine": json.dumps(summary.get("machine", {})),
-        "weights": json.dumps(summary.get("weights")),
-        **{f"version: {k}": v for k, v in summary.get("versions", {}).items()},
-    }
+    headline = [
+        dict(c, notebook=e["notebook"]) for e in summary["notebooks"] for c in e.get("claims", []) if c["headline"]
+    ]
     sections = []
     for entry in summary["notebooks"]:
         name = html.escape(entry["notebook"])
@@ -109,14 +148,28 @@ def render_html(summary: dict) -> str:
         figures = "".join(
             f'<figure><img src="{html.escape(f)}" alt="{html.escape(Path(f).stem)}"></figure>' for f in entry["figures"]
         )
+        claims = [dict(c, notebook=entry["notebook"]) for c in entry.get("claims", [])]
+        failed = sum(c["passed"] is False for c in claims)
+        verdict = f"{len(claims)} findings, {failed} failed" if claims else "no findings recorded"
+        metrics = entry["key_metrics"]
+        metrics_html = ""
+        if metrics:
+            table = _table(metrics, ("metric", "value"))
+            metrics_html = (
+                f"<details><summary>Key metrics ({len(metrics)})</summary>{table}</details>"
+                if len(metrics) > FOLD_METRICS_OVER
+                else f"<h3>Key metrics</h3>{table}"
+            )
         sections.append(
             f'<section id="{name}"><h2>{name}</h2>'
             + (f'<p>Executed notebook: <a href="{html.escape(link)}">{html.escape(link)}</a>' if link else "<p>")
             + f" · ran {html.escape(str(entry['time_utc']))} at <code>{html.escape(str(entry['git_sha']))}</code></p>"
-            + "<h3>Parameters</h3>"
+            + f"<h3>Findings: {html.escape(verdict)}</h3>"
+            + (_findings_table(claims) if claims else "")
+            + "<details><summary>Parameters</summary>"
             + _table(entry["parameters"], ("parameter", "value"))
-            + "<h3>Key metrics</h3>"
-            + _table(entry["key_metrics"], ("metric", "value"))
+            + "</details>"
+            + metrics_html
             + (f"<h3>Figures</h3>{figures}" if figures else "")
             + "</section>"
         )
@@ -124,10 +177,14 @@ def render_html(summary: dict) -> str:
         f'<li><a href="#{html.escape(e["notebook"])}">{html.escape(e["notebook"])}</a></li>'
         for e in summary["notebooks"]
     )
+    headline_html = (
+        "<h2 id='headline'>Headline findings</h2>" + _findings_table(headline, with_notebook=True) if headline else ""
+    )
     return (
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>kokoro-tvm report ({html.escape(sha[:10])})"
         f"</title><style>{STYLE}</style></head><body><h1>kokoro-tvm: notebook report</h1>"
-        f"{_table(head, ('run', 'value'))}<ul>{toc}</ul>{''.join(sections)}</body></html>"
+        f"{headline_html}<h2>Run</h2>{_table(_run_fields(summary), ('run', 'value'))}<ul>{toc}</ul>{''.join(sections)}"
+        "</body></html>"
     )
 
 

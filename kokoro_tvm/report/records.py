@@ -50,10 +50,12 @@ def _jsonable(value):
     return value
 
 
-def write_metrics(notebook: str, parameters: dict, values: dict) -> Path:
-    """Write outputs/<notebook>/metrics.json; returns its path."""
+def write_metrics(notebook: str, parameters: dict, values: dict, claims: list | None = None) -> Path:
+    """Write outputs/<notebook>/metrics.json with the notebook's findings (kokoro_tvm.report.claims.Claim
+    objects, stored with their pass/fail); returns its path."""
     path = notebook_output_dir(notebook) / "metrics.json"
-    record = {"notebook": notebook, "parameters": parameters, **provenance(), "metrics": values}
+    record = {"notebook": notebook, "parameters": parameters, **provenance(), "metrics": values,
+              "claims": [c.as_dict() for c in claims or []]}  # fmt: skip
     path.write_text(json.dumps(_jsonable(record), indent=1) + "\n")
     return path
 
