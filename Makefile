@@ -2,6 +2,8 @@
 #   make run    create .venv if missing, install the project, speak the demo sentence, then run every notebook
 #               (papermill) into outputs/ and write the shared report outputs/index.html + summary.json
 #   make test   the same set-up, then the test suite (unit + real-weights tiers)
+#   make lab    the same set-up, then JupyterLab on notebooks/ (this environment's kernel; notebooks are saved
+#               without outputs, the executed copies come from `make run` under outputs/)
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +14,7 @@ DEMO_TEXT := The quick brown fox jumped over the lazy dog.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: run test test-unit test-notebooks test-real test-slow lint clean-venv
+.PHONY: run test lab test-unit test-notebooks test-real test-slow lint clean-venv
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
@@ -24,6 +26,9 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/kokoro-tvm say "$(DEMO_TEXT)" --voice jm_kumo -o outputs/demo.wav
 	$(BIN)/kokoro-tvm pipeline
+
+lab: $(STAMP)
+	$(BIN)/kokoro-tvm lab
 
 test: $(STAMP)
 	$(BIN)/ruff check kokoro_tvm tests

@@ -1,4 +1,4 @@
-"""`kokoro-tvm` command line: say, compile, gpu-build, gpu-check, compare, bench, pipeline, weights.
+"""`kokoro-tvm` command line: say, compile, gpu-build, gpu-check, compare, bench, pipeline, lab, weights.
 
 Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
 `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
@@ -211,6 +211,14 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lab(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from kokoro_tvm.report.lab import lab_command
+
+    return subprocess.call(lab_command(*args.jupyter_args))
+
+
 def _positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -323,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     pipeline.add_argument("--fast", action="store_true", help="FAST=True in every notebook")
     pipeline.add_argument("--only", help="comma-separated notebook numbers, e.g. 01,02")
     pipeline.set_defaults(func=cmd_pipeline)
+
+    lab = sub.add_parser("lab", help="JupyterLab on notebooks/ (this environment's kernel; saved without outputs)")
+    lab.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="passed to jupyter lab, e.g. --no-browser")
+    lab.set_defaults(func=cmd_lab)
 
     weights = sub.add_parser("weights", help="resolve the weights and print one JSON line about them")
     weights.add_argument("--weights", help="an explicit weights file")
