@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a machine with Python 3.11, make and git:
 #   make run    create .venv if missing, install the project, speak the demo sentence, then run every notebook
-#               (papermill) into outputs/ and write the shared report outputs/index.html + summary.json
+#               (papermill) into outputs/ and write the shared report outputs/index.html + summary.json;
+#               `make run FAST=1`: every notebook with FAST=True (the short version the tests run)
 #   make test   the same set-up, then the test suite (unit + real-weights tiers)
 #   make lab    the same set-up, then JupyterLab on notebooks/ (this environment's kernel; notebooks are saved
 #               without outputs, the executed copies come from `make run` under outputs/)
@@ -25,7 +26,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/kokoro-tvm say "$(DEMO_TEXT)" --voice jm_kumo -o outputs/demo.wav
-	$(BIN)/kokoro-tvm pipeline
+	$(BIN)/kokoro-tvm pipeline $(if $(FAST),--fast)
 
 lab: $(STAMP)
 	$(BIN)/kokoro-tvm lab

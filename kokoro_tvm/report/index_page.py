@@ -126,7 +126,8 @@ def _run_fields(summary: dict) -> dict:
         "git SHA": summary.get("git_sha") or "unknown",
         "generated (UTC)": summary["generated_utc"],
         "machine": machine.get("platform", "unknown"),
-        "processor": machine.get("processor", "unknown"),
+        "processor": f"{machine.get('processor', 'unknown')}"
+        + (f" ({machine['cpus']} CPUs for this run)" if machine.get("cpus") else ""),
         "weights": weights.get("source", "unknown"),
         "weights fingerprint": weights.get("fingerprint", "unknown"),
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import time
 from pathlib import Path
 
 from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
@@ -53,8 +54,8 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
     """Execute notebooks in order; returns the executed copies."""
     import papermill
 
-    executed = []
-    for notebook in notebooks(only):
+    executed, chosen, started = [], notebooks(only), time.perf_counter()
+    for number, notebook in enumerate(chosen, 1):
         declared = declared_parameters(notebook)
         given = dict(parameters or {})
         if fast:
@@ -63,7 +64,8 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
         if unknown:
             raise PipelineError(f"{notebook.name} declares no parameter(s) {unknown}; it has {sorted(declared)}")
         out = notebook_output_dir(notebook.stem) / notebook.name
-        log.info("running %s -> %s", notebook.name, out)
+        log.info("[%d/%d] running %s%s -> %s", number, len(chosen), notebook.name, " (FAST)" if fast else "", out)
+        start = time.perf_counter()
         try:
             papermill.execute_notebook(
                 str(notebook),
@@ -78,8 +80,14 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
                 f"{notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} (executed copy: {out})"
             ) from exc
         executed.append(out)
+        log.info("[%d/%d] %s done in %s (%s so far)", number, len(chosen), notebook.stem,
+                 _minutes(time.perf_counter() - start), _minutes(time.perf_counter() - started))  # fmt: skip
     write_report()
     return executed
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
 def write_report() -> tuple[Path, Path]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import platform
 import subprocess
 from importlib import metadata
@@ -23,6 +24,20 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None
 
 
+def _cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what platform reports."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def provenance() -> dict:
     versions = {}
     for name in VERSIONED:
@@ -33,7 +48,7 @@ def provenance() -> dict:
     return {
         "git_sha": git_sha(),
         "versions": versions,
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+        "machine": {"platform": platform.platform(), "processor": _cpu_model(), "cpus": _cpus()},
         "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
