@@ -12,6 +12,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
+from kokoro_tvm.runtime.bundle_runner import cpu_model
 
 VERSIONED = ("torch", "apache-tvm", "apache-tvm-ffi", "kokoro", "kokoro-tvm", "numpy")
 
@@ -22,16 +23,6 @@ def git_sha() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo), else what platform reports."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _cpus() -> int:
@@ -48,7 +39,7 @@ def provenance() -> dict:
     return {
         "git_sha": git_sha(),
         "versions": versions,
-        "machine": {"platform": platform.platform(), "processor": _cpu_model(), "cpus": _cpus()},
+        "machine": {"platform": platform.platform(), "processor": cpu_model(), "cpus": _cpus()},
         "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 

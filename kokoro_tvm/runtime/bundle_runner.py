@@ -114,8 +114,11 @@ def _device_name(device) -> str:
         name = device.device_name
     except Exception:  # not every device type reports a name (the CPU does not)
         name = None
-    if name:
-        return str(name)
+    return str(name) if name else cpu_model()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what platform reports (also the report's machine)."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text().splitlines():
