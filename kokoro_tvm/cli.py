@@ -60,6 +60,7 @@ def cmd_say(args: argparse.Namespace) -> int:
         weights=args.weights,
         buckets=args.buckets,
         device=args.device,
+        precision=args.precision,
     )
     path = write_wav(
         args.output,
@@ -85,15 +86,17 @@ def cmd_say(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     import torch
 
+    from kokoro_tvm.compiled import check_precision, resolve_precision
     from kokoro_tvm.compiler.build import precompile
     from kokoro_tvm.runtime.buckets import parse_buckets
     from kokoro_tvm.weights.resolve import load_kmodel
 
     buckets = parse_buckets(args.buckets)  # a bad spec fails before the weights load
-    dtype = {"fp32": "float32", "fp64": "float64"}[args.precision]
-    log.info("precompiling %s (%d artifacts, %s)", buckets.describe(), buckets.artifacts, dtype)
+    dtype, arithmetic = resolve_precision(args.precision)
+    check_precision(arithmetic)  # so does a CPU without bf16
+    log.info("precompiling %s (%d artifacts, %s)", buckets.describe(), buckets.artifacts, args.precision)
     model, info = load_kmodel(args.weights, dtype=getattr(torch, dtype))
-    records = precompile(model, info.fingerprint, buckets, dtype, progress=not args.quiet)
+    records = precompile(model, info.fingerprint, buckets, dtype, progress=not args.quiet, precision=arithmetic)
     for record in records:
         print(json.dumps(record))
     built = [r for r in records if not r["cached"]]
@@ -185,6 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from kokoro_tvm.studies.benchmark import bench
+    from kokoro_tvm.studies.peers import parse_peers
 
     record = bench(
         args.text,
@@ -195,6 +199,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         weights=args.weights,
         components=not args.no_components,
         buckets=args.buckets,
+        peers=parse_peers(args.peers),
+        precisions=args.precision,
     )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
@@ -256,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--format", choices=WAV_FORMATS, default="float32", help="WAV sample format")
     say.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     say.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (metal/cuda: where one exists)")
+    say.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="TVM's arithmetic (bf16: AVX512_BF16 CPUs)"
+    )
     say.set_defaults(func=cmd_say)
 
     gpu = sub.add_parser("gpu-build", help="build every component for Metal or CUDA; save and check the sources")
@@ -287,14 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
         default="default",
         help="as for say: 'default' (= dynamic, 5 symbolic builds), 'bucketed', a set name or 'tokens=..;frames=..'",
     )
-    compile_.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
+    compile_.add_argument("--precision", choices=("fp32", "fp64", "bf16"), default="fp32")
     compile_.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     compile_.set_defaults(func=cmd_compile)
 
     compare = sub.add_parser("compare", help="TVM against PyTorch pt.dynamic on one utterance, same noise")
     compare.add_argument("--text", required=True)
     compare.add_argument("--voice", default=DEFAULT_VOICE)
-    compare.add_argument("--precision", choices=("fp32", "fp64"), default="fp32")
+    compare.add_argument(
+        "--precision", choices=("fp32", "fp64", "bf16"), default="fp32", help="bf16: against pt.dynamic in fp32"
+    )
     compare.add_argument("--seed", type=int, default=0, help="seed of the SineGen noise both backends get")
     compare.add_argument("--bucket", type=int, help="pad the aligned-frame axis to N frames (default: exact)")
     compare.add_argument(
@@ -308,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from kokoro_tvm.studies.benchmark import DEFAULT_TEXT
 
-    bench = sub.add_parser("bench", help="PyTorch, ONNX Runtime int8 and TVM timed on one utterance")
+    bench = sub.add_parser("bench", help="TVM and its peers (PyTorch, torch.compile, ONNX Runtime) on one utterance")
     bench.add_argument("--text", default=DEFAULT_TEXT, help="one utterance (default: an 11-12 s sentence)")
     bench.add_argument("--voice", default=DEFAULT_VOICE)
     bench.add_argument("--threads", type=_positive_int, default=2, help="threads for every backend (default 2)")
@@ -322,6 +333,17 @@ def build_parser() -> argparse.ArgumentParser:
         default="default",
         help="TVM's shapes, as for say (default: dynamic); several, comma-separated, are timed in the "
         "same rounds (e.g. dynamic,bucketed,exact)",
+    )
+    bench.add_argument(
+        "--precision",
+        default="fp32",
+        help="TVM's arithmetic, comma-separated for several in the same rounds (fp32, bf16; default fp32)",
+    )
+    bench.add_argument(
+        "--peers",
+        default="all",
+        help="peers timed in the same rounds, comma-separated from torch, torch_compile, ort_fp32, ort_int8 "
+        "(default all; none: TVM only)",
     )
     bench.add_argument("--json", action="store_true", help="one JSON line")
     bench.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")

@@ -2,7 +2,9 @@
 neither torch nor the compiler). Neither stage imports the other; this module joins them for the callers
 above both: synthesis, the evaluation, the studies and the tests.
 
-- `check_device`: a device takes the dtype (a compiler fact) and exists here (a runtime fact), one clear error.
+- `check_device`: a device takes the dtype (a compiler fact) and exists here (a runtime fact), one clear error;
+  `check_precision`: likewise for a reduced-precision build (bf16: AVX512_BF16); `resolve_precision`: what the
+  command line's `--precision` fp32 / fp64 / bf16 means.
 - `compiled_kokoro`: a runtime.kokoro.TVMKokoro whose artifacts the compiler builds on demand.
 - `compile_and_load`: any Relax module -> a runtime.vm.VMRunner (our pipeline, or stock TVM's for the probes).
 """
@@ -20,6 +22,16 @@ from kokoro_tvm.runtime.devices import require_device
 from kokoro_tvm.runtime.kokoro import TVMKokoro
 from kokoro_tvm.runtime.vm import VMRunner
 
+# What `--precision` names: the model's dtype and the build's arithmetic (kokoro_tvm.components.PRECISIONS).
+PRECISION_CHOICES = {"fp32": ("float32", "full"), "fp64": ("float64", "full"), "bf16": ("float32", "bf16")}
+
+
+def resolve_precision(name: str) -> tuple[str, str]:
+    """`--precision` fp32 / fp64 / bf16 -> (dtype, arithmetic)."""
+    if name not in PRECISION_CHOICES:
+        raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {name!r}")
+    return PRECISION_CHOICES[name]
+
 
 def check_device(device: str, dtype: str) -> None:
     """Before any weights load or build: `device` takes `dtype` and exists on this machine (one clear error)."""
@@ -28,14 +40,36 @@ def check_device(device: str, dtype: str) -> None:
         require_device(device)
 
 
+def check_precision(precision: str, device: str = "cpu", target: dict | None = None) -> None:
+    """Before anything is built: `precision` exists and the device's target can run it (bf16: an x86 CPU with
+    AVX512_BF16, this one included when it is the target), one clear error."""
+    from kokoro_tvm.components import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "bf16":
+        from kokoro_tvm.compiler.bf16 import Bf16Unsupported, require_bf16
+
+        if device != "cpu":
+            raise Bf16Unsupported(f"bf16 builds are for the CPU (AVX512_BF16), not {device}: use --precision fp32")
+        require_bf16(target or host_target())
+
+
 def compiled_kokoro(
-    model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None, buckets=None, device="cpu"
+    model,
+    weights_fingerprint: str,
+    dtype: str = "float32",
+    target: dict | None = None,
+    buckets=None,
+    device="cpu",
+    precision: str = "full",
 ) -> TVMKokoro:
     """A TVMKokoro whose components are built on demand from `model` (in `dtype`) for `device`; with a
     kokoro_tvm.runtime.buckets.BucketSet, utterances run in its buckets, else at exact length. A missing
-    device or a dtype it lacks is reported before anything is built."""
+    device, a dtype it lacks or a precision it cannot run is reported before anything is built."""
     check_device(device, dtype)
-    provider = OnDemandBuilder(model, weights_fingerprint, dtype, target or target_for(device))
+    check_precision(precision, device, target)
+    provider = OnDemandBuilder(model, weights_fingerprint, dtype, target or target_for(device), precision)
     return TVMKokoro(provider, dtype, buckets, device)
 
 

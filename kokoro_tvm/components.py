@@ -177,3 +177,24 @@ SYMBOLIC_MAX_LENGTH = {
     TOKENS: MAX_POSITIONS,  # one utterance's tokens, pads included (ALBERT's positions)
     FRAMES: 5120,  # 128 s of audio (600 samples a frame); the longest the float64 parity checks cover
 }
+
+# Reduced precision (`--precision bf16`, kokoro_tvm.compiler.bf16): per component, the convolutions computed with
+# bf16 operands and float32 accumulation, as prefixes of their torch module names. Admitted by a measured error
+# budget (`python -m kokoro_tvm.studies.precision --layers`, notebook 08): every group alone and all together in
+# bf16 against float32 with the same SineGen noise; all together 38.7 dB audio SNR, PESQ-WB 4.64, STOI 0.99996 on
+# its sentence (float32 against float64 is 48.6 dB). The F0 / N predictor (f0n) and the duration path (albert,
+# duration) stay float32: F0 drives the ill-conditioned SineGen phase, and durations must not move. Convolutions
+# with an odd number of input channels (F0_conv, N_conv: one) stay float32 in any case.
+PRECISIONS = ("full", "bf16")  # full: the dtype's own arithmetic everywhere
+BF16_CONVOLUTIONS = {
+    "text_encoder": ("text_encoder.cnn.",),
+    "decoder": ("decoder.encode.", "decoder.decode.", "decoder.asr_res.", "decoder.generator."),
+}
+
+
+def build_precision(component: str, precision: str) -> str:
+    """The arithmetic `component` is built with under `precision`: a component with no layer to reduce is built
+    (and cached) as its full-precision self, so a bf16 runtime shares those artifacts with the float32 one."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return precision if precision == "full" or component in BF16_CONVOLUTIONS else "full"

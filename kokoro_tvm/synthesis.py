@@ -68,17 +68,23 @@ class TVMBackend:
         self.shapes: list[tuple[int, int]] = []  # (token, frame) bucket of each chunk spoken
 
     @classmethod
-    def load(cls, weights=None, dtype: str = "float32", buckets: str = "default", device: str = "cpu") -> TVMBackend:
+    def load(cls, weights=None, precision: str = "fp32", buckets: str = "default", device: str = "cpu") -> TVMBackend:
+        """`precision`: fp32, fp64 or bf16 (kokoro_tvm.compiled.PRECISION_CHOICES)."""
         import torch
 
-        from kokoro_tvm.compiled import check_device, compiled_kokoro
+        from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro, resolve_precision
         from kokoro_tvm.runtime.buckets import parse_buckets
         from kokoro_tvm.weights.resolve import load_kmodel
 
+        dtype, arithmetic = resolve_precision(precision)
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
-        check_device(device, dtype)  # so does a missing device
+        check_device(device, dtype)  # so does a missing device, or a CPU without bf16 for a bf16 build
+        check_precision(arithmetic, device)
         model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
-        return cls(compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device), info)
+        compiled = compiled_kokoro(
+            model, info.fingerprint, dtype, buckets=bucket_set, device=device, precision=arithmetic
+        )
+        return cls(compiled, info)
 
     def describe(self, last_chunks: int) -> dict:
         """The bucket policy and the (token, frame) shapes the last `last_chunks` chunks ran in."""
@@ -95,13 +101,15 @@ class TVMBackend:
         return stages.audio, stages.durations
 
 
-def make_backend(name: str, weights=None, buckets: str = "default", device: str = "cpu"):
+def make_backend(name: str, weights=None, buckets: str = "default", device: str = "cpu", precision: str = "fp32"):
     if name != "tvm" and device != "cpu":
         raise ValueError(f"--device {device} applies to the tvm backend only (the {name} backend runs on the CPU)")
+    if name != "tvm" and precision != "fp32":
+        raise ValueError(f"--precision {precision} applies to the tvm backend only (the {name} backend is fp32)")
     if name == "torch":
         return TorchBackend.load(weights)
     if name == "tvm":
-        return TVMBackend.load(weights, buckets=buckets, device=device)
+        return TVMBackend.load(weights, precision=precision, buckets=buckets, device=device)
     raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
 
 
@@ -122,6 +130,7 @@ def synthesize(
     weights=None,
     buckets: str = "default",
     device: str = "cpu",
+    precision: str = "fp32",
 ) -> Speech:
     """Speak `text` (or a raw phoneme string). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
     `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name):
@@ -131,7 +140,7 @@ def synthesize(
     chunks = prepare(text=text, phonemes=phonemes)
     pack = load_voice(voice)
     if isinstance(backend, str):
-        backend = make_backend(backend, weights=weights, buckets=buckets, device=device)
+        backend = make_backend(backend, weights=weights, buckets=buckets, device=device, precision=precision)
     pieces, durations = [], []
     for i, chunk in enumerate(chunks):
         audio, dur = backend.speak(chunk, pack.style(len(chunk.phonemes)), speed, noise, stream=i)

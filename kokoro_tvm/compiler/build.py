@@ -26,7 +26,15 @@ from kokoro_tvm.artifacts import Artifact, ArtifactError, file_sha256, params_di
 from kokoro_tvm.compiler.export import ComponentShape
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
 from kokoro_tvm.compiler.targets import DTYPES, check_dtype, host_target
-from kokoro_tvm.components import FRAME_COMPONENTS, LENGTH_TILE, NAMES, SYMBOLIC_MAX_LENGTH, TOKEN_COMPONENTS
+from kokoro_tvm.components import (
+    FRAME_COMPONENTS,
+    LENGTH_TILE,
+    NAMES,
+    PRECISIONS,
+    SYMBOLIC_MAX_LENGTH,
+    TOKEN_COMPONENTS,
+    build_precision,
+)
 from kokoro_tvm.components import component as component_info
 from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 
@@ -47,18 +55,24 @@ class BuildSpec:
     dtype: str = "float32"
     batch: int = 1
     symbolic: bool = False
+    precision: str = "full"  # "bf16": the registry's BF16_CONVOLUTIONS in bf16 (kokoro_tvm.compiler.bf16)
 
     def __post_init__(self):
         ComponentShape(self.component, self.length, self.batch)  # validates component and sizes
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision != "full" and self.dtype != "float32":
+            raise ValueError(f"{self.precision} builds start from the float32 model, not {self.dtype}")
         if self.symbolic and (self.length % LENGTH_TILE or self.batch != 1):
             raise ValueError(f"a symbolic build takes batch 1 and a multiple of {LENGTH_TILE}, got {self}")
 
     @classmethod
-    def dynamic(cls, component: str, dtype: str = "float32") -> BuildSpec:
+    def dynamic(cls, component: str, dtype: str = "float32", precision: str = "full") -> BuildSpec:
         """The symbolic-length build of `component`: every tile count up to its axis's largest length."""
-        return cls(component, SYMBOLIC_MAX_LENGTH[component_info(component).axis], dtype, symbolic=True)
+        axis = component_info(component).axis
+        return cls(component, SYMBOLIC_MAX_LENGTH[axis], dtype, symbolic=True, precision=precision)
 
     @property
     def shape(self) -> ComponentShape:
@@ -76,12 +90,14 @@ def relax_module(model, spec: BuildSpec):
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
     if spec.symbolic:
-        return symbolic_relax_module(model, SymbolicShape(spec.component, spec.length // LENGTH_TILE))
+        shape = SymbolicShape(spec.component, spec.length // LENGTH_TILE)
+        return symbolic_relax_module(model, shape, spec.precision)
     t0 = time.perf_counter()
     exported = export_component(model, spec.shape)
     t1 = time.perf_counter()
     with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
-        mod = lift_weight_transforms(to_relax(exported, keep_params_as_input=True))
+        mod = to_relax(exported, keep_params_as_input=True)
+        mod = lift_weight_transforms(mod, spec.component, spec.precision)
     return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 
@@ -95,6 +111,12 @@ def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict
     shape = asdict(spec)
     if not spec.symbolic:
         del shape["symbolic"]  # static keys as before the field existed: their cached artifacts stay valid
+    if spec.precision == "full":
+        del shape["precision"]  # likewise
+    else:
+        from kokoro_tvm.compiler.bf16 import KERNEL_VERSION
+
+        shape["reduced_kernel"] = KERNEL_VERSION
     return dict(
         shape,
         weights=weights_fingerprint,
@@ -123,7 +145,8 @@ def _valid(folder: Path, fields: dict) -> Artifact | None:
 
 def _folder(spec: BuildSpec, fields: dict) -> Path:
     length = f"upto{spec.length}" if spec.symbolic else f"n{spec.length}"
-    return cache_dir() / "artifacts" / f"{spec.component}-{spec.dtype}-b{spec.batch}-{length}-{_key(fields)}"
+    dtype = spec.dtype if spec.precision == "full" else spec.precision
+    return cache_dir() / "artifacts" / f"{spec.component}-{dtype}-b{spec.batch}-{length}-{_key(fields)}"
 
 
 def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None) -> Artifact:
@@ -156,6 +179,10 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     import torch
 
     check_dtype(spec.dtype, target["kind"])
+    if spec.precision == "bf16":
+        from kokoro_tvm.compiler.bf16 import require_bf16
+
+        require_bf16(target)
     log.info(
         "building %s (%s, length %s%d, batch %d) for %s",
         spec.component,
@@ -223,33 +250,48 @@ class OnDemandBuilder:
     """An artifact provider `(component, length) -> Artifact` for kokoro_tvm.runtime.kokoro.TVMKokoro: builds (or
     finds in the cache) each shape on first use; length None is the component's symbolic-length build."""
 
-    def __init__(self, model, weights_fingerprint: str, dtype: str = "float32", target: dict | None = None):
+    def __init__(
+        self,
+        model,
+        weights_fingerprint: str,
+        dtype: str = "float32",
+        target: dict | None = None,
+        precision: str = "full",
+    ):
         self.model, self.weights_fingerprint, self.dtype = model, weights_fingerprint, dtype
-        self.target = target or host_target()
+        self.target, self.precision = target or host_target(), precision
 
     def __call__(self, component: str, length: int | None) -> Artifact:
-        spec = BuildSpec.dynamic(component, self.dtype) if length is None else BuildSpec(component, length, self.dtype)
+        precision = build_precision(component, self.precision)
+        if length is None:
+            spec = BuildSpec.dynamic(component, self.dtype, precision)
+        else:
+            spec = BuildSpec(component, length, self.dtype, precision=precision)
         return build(self.model, self.weights_fingerprint, spec, self.target)
 
 
-def bucket_specs(buckets, dtype: str = "float32") -> list[BuildSpec]:
+def bucket_specs(buckets, dtype: str = "float32", precision: str = "full") -> list[BuildSpec]:
     """Every (component, length) a bucket set needs, token axis first, smallest first; for the symbolic set
     (kokoro_tvm.runtime.buckets.DynamicLengths) one symbolic build per component."""
     if buckets.symbolic:
-        return [BuildSpec.dynamic(name, dtype) for name in NAMES]
-    return [BuildSpec(c, n, dtype) for n in buckets.tokens for c in TOKEN_COMPONENTS] + [
-        BuildSpec(c, n, dtype) for n in buckets.frames for c in FRAME_COMPONENTS
+        return [BuildSpec.dynamic(name, dtype, build_precision(name, precision)) for name in NAMES]
+    return [
+        BuildSpec(c, n, dtype, precision=build_precision(c, precision))
+        for n, c in [(n, c) for n in buckets.tokens for c in TOKEN_COMPONENTS]
+        + [(n, c) for n in buckets.frames for c in FRAME_COMPONENTS]
     ]
 
 
-def precompile(model, weights_fingerprint: str, buckets, dtype: str = "float32", progress: bool = True) -> list[dict]:
+def precompile(
+    model, weights_fingerprint: str, buckets, dtype: str = "float32", progress: bool = True, precision: str = "full"
+) -> list[dict]:
     """Build (or find in the cache) every artifact of a bucket set, with a progress bar; one record per
     artifact: component, length, cached or built, seconds, library bytes, its folder in the cache."""
     from tqdm.auto import tqdm
 
     target = host_target()
     records = []
-    specs = bucket_specs(buckets, dtype)
+    specs = bucket_specs(buckets, dtype, precision)
     bar = tqdm(specs, desc=f"compile {buckets.name}", unit="artifact", disable=not progress)
     for spec in bar:
         bar.set_postfix_str(f"{spec.component} {spec.length}")
@@ -264,6 +306,7 @@ def precompile(model, weights_fingerprint: str, buckets, dtype: str = "float32",
                 "length": spec.length,
                 "symbolic": spec.symbolic,
                 "dtype": dtype,
+                "precision": spec.precision,
                 "cached": cached,
                 "seconds": time.perf_counter() - start,
                 "build_seconds": sum(artifact.manifest["seconds"].values()),

@@ -48,7 +48,7 @@ def _shape(expr) -> list | None:
     return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape.values]
 
 
-def _constant(expr) -> int | None:
+def static_value(expr) -> int | None:
     """A symbolic size expression reduced to a number, if it is one for every value of its variables."""
     if isinstance(expr, int):
         return expr
@@ -58,7 +58,7 @@ def _constant(expr) -> int | None:
     return int(simplified) if isinstance(simplified, tvm.tirx.IntImm) else None
 
 
-def _slice_to(x, begin, end):
+def slice_last_axis(x, begin, end):
     """x[..., begin:end] on the last axis, bounds known to be in range (no clamping terms in a symbolic
     length: they would leave shapes the later passes cannot match)."""
     return relax.op.strided_slice(x, axes=[2], begin=[begin], end=[end], assume_inbound=True)
@@ -89,7 +89,7 @@ class _ConvRewriter(PyExprMutator):
         (stride,), (dilation,) = _ints(attrs.strides), _ints(attrs.dilation)
         left, right = _ints(attrs.padding)
         length = (x_shape[2] + left + right - dilation * (w_shape[2] - 1) - 1) // stride + 1
-        extra = _constant(-length % self.align)  # a symbolic length 32k + c: the same for every k
+        extra = static_value(-length % self.align)  # a symbolic length 32k + c: the same for every k
         if not extra:
             return None
         wide = self.builder_.emit(
@@ -103,7 +103,7 @@ class _ConvRewriter(PyExprMutator):
                 out_dtype=attrs.out_dtype,
             )
         )
-        return _slice_to(wide, 0, length)
+        return slice_last_axis(wide, 0, length)
 
     def _polyphase(self, call):
         attrs = call.attrs
@@ -137,38 +137,69 @@ class _ConvRewriter(PyExprMutator):
         z = emit(op.reshape(phases, (x_shape[0], c_out, s, q)))
         z = emit(op.permute_dims(z, [0, 1, 3, 2]))
         z = emit(op.reshape(z, (x_shape[0], c_out, q * s)))
-        return _slice_to(z, left, left + length)
+        return slice_last_axis(z, left, left + length)
 
 
-SINE_TAYLOR_TERMS = 9  # r - r^3/3! + ... - r^17/17!: |error| <= (pi/2)^19 / 19! < 1e-11
+def parameter_names(mutator: PyExprMutator, expr, depth: int | None = None) -> set[str]:
+    """Names of the function parameters `expr` is computed from (within `depth` bindings, if given), through the
+    bindings `mutator` has emitted so far."""
+    names, stack = set(), [(expr, 0)]
+    while stack:
+        node, level = stack.pop()
+        if depth is not None and level > depth:
+            continue
+        if isinstance(node, relax.Var):
+            bound = mutator.lookup_binding(node)
+            if bound is None:
+                names.add(node.name)
+                continue
+            node, level = bound, level + 1
+        if isinstance(node, relax.Call):
+            stack.extend((arg, level) for arg in node.args)
+        elif isinstance(node, relax.Tuple):
+            stack.extend((field, level) for field in node.fields)
+        elif isinstance(node, relax.TupleGetItem):
+            stack.append((node.tuple_value, level))
+    return names
+
+
+# Taylor terms r - r^3/3! + ...: in float64, 9 (to r^17/17!: |error| <= (pi/2)^19 / 19! < 1e-11); in float32,
+# for a sine whose result is rounded to bf16 next (kokoro_tvm.compiler.bf16), 6 (to r^11/11!: (pi/2)^13 / 13!
+# < 6e-8, float32's half ulp at 1; bf16 keeps 8 bits)
+SINE_TAYLOR_TERMS = {"float64": 9, "float32": 6}
 
 
 @mutator
 class _SineRewriter(PyExprMutator):
-    def __init__(self, mod):
+    def __init__(self, mod, arithmetic: str = "float64", select=None):
         super().__init__(mod)
         self.sin = tvm.ir.Op.get("relax.sin")
+        self.arithmetic, self.select = arithmetic, select
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
         if not call.op.same_as(self.sin) or str(call.args[0].ty.dtype) != "float32":
             return call
+        if self.select is not None and not self.select(self, call.args[0]):
+            return call
         op, emit = relax.op, self.builder_.emit
+        arithmetic = self.arithmetic
 
         def const(v):
-            return relax.const(v, "float64")
+            return relax.const(v, arithmetic)
 
-        x = emit(op.astype(call.args[0], "float64"))
+        x = emit(op.astype(call.args[0], arithmetic)) if arithmetic != "float32" else call.args[0]
         turns = emit(op.round(op.multiply(x, const(1 / math.pi))))  # k: nearest multiple of pi
         r = emit(op.subtract(x, op.multiply(turns, const(math.pi))))  # |r| <= pi/2
         r2 = emit(op.multiply(r, r))
         poly = const(0.0)
-        for n in range(SINE_TAYLOR_TERMS - 1, 0, -1):  # Horner in r^2 on the coefficients of r^(2n+1)
+        for n in range(SINE_TAYLOR_TERMS[arithmetic] - 1, 0, -1):  # Horner in r^2 on the coefficients of r^(2n+1)
             poly = op.multiply(r2, op.add(const((-1) ** n / math.factorial(2 * n + 1)), poly))
         sine = op.add(r, op.multiply(r, poly))
         parity = op.subtract(turns, op.multiply(const(2.0), op.floor(op.multiply(turns, const(0.5)))))
         sign = op.subtract(const(1.0), op.multiply(const(2.0), parity))  # sin(r + k pi) = (-1)^k sin(r)
-        return op.astype(emit(op.multiply(sign, sine)), "float32")
+        result = emit(op.multiply(sign, sine))
+        return op.astype(result, "float32") if arithmetic != "float32" else result
 
 
 def VectorizableSine():  # noqa: N802

@@ -11,7 +11,8 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
              dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
              then tile buffers of symbolic-length functions compacted to a fixed size
-             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers)
+             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, bf16 convolutions get the LLVM IR
+             of their vdpbf16ps kernel (kokoro_tvm.compiler.bf16.ImportBf16Kernel)
 5. lower     the backend's dataflow lowering
 6. finalize  the backend's memory planning and VM lowering; the VM's shape functions marked noalias
              (kokoro_tvm.compiler.symbolic.RestrictShapeFunctions)
@@ -54,6 +55,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from tvm import relax
     from tvm.s_tir import dlight
 
+    from kokoro_tvm.compiler.bf16 import ImportBf16Kernel
     from kokoro_tvm.compiler.passes import AlignConvLengths, IntegerPowers, PolyphaseConvTranspose, VectorizableSine
     from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 
@@ -67,6 +69,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         counts = {} if coverage is None else coverage
         rules = schedule.rules(counts)
         count = [schedule.count_hand_written(counts)]
+        scheduled = []
         schedule.import_tensor_intrinsics()
     else:
         from kokoro_tvm.compiler.schedule import cpu as schedule
@@ -74,6 +77,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         backend = relax.backend.cpu_generic.pipeline
         rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
         rules, count = schedule.rules(), []
+        scheduled = [ImportBf16Kernel()]
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
@@ -85,7 +89,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         ("rewrite", rewrites),
         ("dispatch", backend.library_dispatch_passes(target)),
         ("legalize", legalize + count),
-        ("schedule", [dlight.ApplyDefaultSchedule(*rules), CompactSymbolicBuffers()]),
+        ("schedule", [dlight.ApplyDefaultSchedule(*rules), CompactSymbolicBuffers(), *scheduled]),
         ("lower", backend.dataflow_lower_passes(target)),
         ("finalize", [*backend.finalize_passes(target), RestrictShapeFunctions()]),
     ]
@@ -119,12 +123,33 @@ def relax_pipeline(target, coverage: dict[str, int] | None = None, dump_dir: str
     return _pipeline
 
 
-def lift_weight_transforms(mod):
+def precision_passes(component: str, precision: str) -> list:
+    """Rewrites that set a component's arithmetic, run before lifting (kokoro_tvm.compiler.bf16): none for "full";
+    for bf16 the registry's BF16_CONVOLUTIONS of `component` (conv-transposes made plain convs first), and the
+    Snake activations feeding them with a float32 sine."""
+    from kokoro_tvm.components import BF16_CONVOLUTIONS, PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "full" or component not in BF16_CONVOLUTIONS:
+        return []
+    from kokoro_tvm.compiler.bf16 import Bf16Convolutions, Bf16SnakeSine, selected_by_name
+    from kokoro_tvm.compiler.passes import PolyphaseConvTranspose
+
+    prefixes = BF16_CONVOLUTIONS[component]
+    return [PolyphaseConvTranspose(), Bf16Convolutions(selected_by_name(prefixes)), Bf16SnakeSine(prefixes)]
+
+
+def lift_weight_transforms(mod, component: str | None = None, precision: str = "full"):
     """Move every computation that depends on weights alone (ALBERT's per-call `permute_dims` of each linear
-    weight, 12 times over for its one shared layer) out of `main` into TRANSFORM_PARAMS, which the runtime
-    calls once at load. Exact: the lifted ops are the same ops, run earlier."""
+    weight, 12 times over for its one shared layer; bf16 weight packing) out of `main` into TRANSFORM_PARAMS,
+    which the runtime calls once at load. Exact: the lifted ops are the same ops, run earlier. `precision`'s
+    rewrites (precision_passes) are applied first."""
+    import tvm
     from tvm import relax
 
+    if component is not None:
+        mod = tvm.transform.Sequential(precision_passes(component, precision))(mod)
     return relax.transform.LiftTransformParams()(mod)
 
 

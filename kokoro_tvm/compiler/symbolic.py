@@ -126,7 +126,7 @@ def add_tile_count(mod):
     return mod
 
 
-def symbolic_relax_module(model, shape: SymbolicShape):
+def symbolic_relax_module(model, shape: SymbolicShape, precision: str = "full"):
     """Export and import one component with a symbolic length: (module, exported program, seconds)."""
     import time
 
@@ -138,7 +138,8 @@ def symbolic_relax_module(model, shape: SymbolicShape):
     exported = export_symbolic(model, shape)
     t1 = time.perf_counter()
     with default_dtype(next(model.parameters()).dtype):
-        mod = lift_weight_transforms(add_tile_count(to_relax(exported, keep_params_as_input=True)))
+        mod = to_relax(exported, keep_params_as_input=True)
+        mod = lift_weight_transforms(add_tile_count(mod), shape.component, precision)
     return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 

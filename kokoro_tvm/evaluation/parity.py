@@ -10,7 +10,6 @@ from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.reference.stages import COMPARED_STAGES, Stages
 
-PRECISIONS = {"fp32": "float32", "fp64": "float64"}
 TOKEN_BUCKET_STEP = 16
 # Stages computed before the alignment: comparable even when the durations differ.
 ENCODER_STAGES = ("d_en", "d", "duration_logits", "t_en")
@@ -50,34 +49,35 @@ def compare_text(
     buckets: str = "exact",
     asr: bool = False,
 ) -> dict:
-    """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision`.
+    """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision` (fp32,
+    fp64, or bf16: the bf16 build against pt.dynamic in float32).
     `buckets`: 'exact' (each length compiled as it is), a bucket set, or 'dynamic' (the symbolic-length
     builds) as for `say`; `bucket`: with 'exact', pad the aligned-frame axis to that many frames (and the
     token axis to token_bucket_for(T)). `asr`: also Whisper's word error rate on both (the CLI's default)."""
     import torch
 
-    from kokoro_tvm.compiled import check_device, compiled_kokoro
+    from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro, resolve_precision
     from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.runtime.buckets import parse_buckets
     from kokoro_tvm.weights.resolve import load_kmodel
 
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    dtype, arithmetic = resolve_precision(precision)
     if bucket is not None and buckets != "exact":
         raise ValueError("--bucket pads one utterance by hand; it goes with --buckets exact only")
     bucket_set = None if buckets == "exact" else parse_buckets(buckets)
-    check_device(device, PRECISIONS[precision])  # before any text, weights or build work
+    check_device(device, dtype)  # before any text, weights or build work
+    check_precision(arithmetic, device)
     chunks = prepare(text=text)
     if len(chunks) != 1:
         raise TextError(f"compare takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
     chunk, pack = chunks[0], load_voice(voice)
     style = pack.style(len(chunk.phonemes))
-    dtype = PRECISIONS[precision]
     model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
     noise = SeededNoise(seed)
     reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
     token_bucket = token_bucket_for(len(chunk.padded_ids)) if bucket is not None else None
-    compiled = compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device).run_stages(
+    runtime = compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device, precision=arithmetic)
+    compiled = runtime.run_stages(
         chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket
     )
     intelligibility = {}

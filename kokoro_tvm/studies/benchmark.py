@@ -1,13 +1,17 @@
-"""`kokoro-tvm bench`: PyTorch eager, ONNX Runtime (embedded int8 export) and TVM on the same utterance, in one
-process, backends interleaved round by round, the median of `runs` timed rounds after `warmup` rounds.
+"""`kokoro-tvm bench`: TVM and the peers a user would pick instead (`studies.peers`: PyTorch eager,
+`torch.compile`, ONNX Runtime fp32 on our own export, ONNX Runtime on the embedded int8 export) on the same
+utterance, in one process, backends interleaved round by round, the median of `runs` timed rounds after `warmup`
+rounds, with the spread (min, max) of the timed rounds.
 
-- torch: stock `KModel.forward_with_tokens` (what kokoro users run), fp32, `torch.set_num_threads(threads)`.
-- ort_int8: the embedded int8 ONNX model, `intra_op_num_threads=threads`.
+- peers: `peers=("torch", "ort_int8")` picks some (default: all). `torch_compile` compiles during the first
+  warm-up round (its seconds: `peers[...]["setup_s"]`), so `warmup` must be >= 1 with it. `tvm_vs[peer]` is the
+  peer's median over TVM's; `torch_s`, `ort_int8_s`, `tvm_vs_torch`, `tvm_vs_ort` stay for those two peers.
 - tvm: `TVMKokoro.run_stages` with the shapes `say --backend tvm` uses (default: the symbolic-length builds,
   padding to 32 steps included in the time), the chosen bucket set (`buckets="bucketed"`) or at exact lengths
   (`buckets="exact"`), host steps included, TVM's pool set to `threads`. Several policies, comma-separated
   (`"dynamic,bucketed,exact"`), are all timed in the same rounds: `tvm_s` is the first, `tvm_policies` has each
-  one's median, spread and shapes.
+  one's median, spread and shapes. `precisions="fp32,bf16"` adds TVM's bf16 build (kokoro_tvm.compiler.bf16) to
+  the same rounds: variant names `tvm[bf16]`, `tvm[bucketed,bf16]`; the first precision and policy are `tvm`.
 - per_component: each compiled component against the same component graph in torch eager (the padding-invariant
   wrappers TVM compiles), on the inputs the TVM run actually fed it.
 - gflop_per_audio_s: torch's FlopCounterMode over the stock forward (convolutions and matmuls), per second of
@@ -99,24 +103,35 @@ def bench(
     weights=None,
     components: bool = True,
     buckets: str = "default",
+    peers: tuple[str, ...] | None = None,
+    precisions: str = "fp32",
 ) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.compiled import check_precision, compiled_kokoro, resolve_precision
     from kokoro_tvm.frontend.text import TextError, prepare
     from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
     from kokoro_tvm.reference.noise import ZeroNoise
     from kokoro_tvm.runtime.buckets import parse_buckets
-    from kokoro_tvm.studies.ort_int8 import OrtInt8
+    from kokoro_tvm.studies.peers import PEERS, make_peers
     from kokoro_tvm.weights.resolve import load_kmodel
 
     if runs < 1 or warmup < 0 or threads < 1:
         raise ValueError("runs and threads must be >= 1 and warmup >= 0")
+    peers = PEERS if peers is None else tuple(peers)
+    if "torch_compile" in peers and warmup < 1:
+        raise ValueError("torch_compile compiles on its first call: give it at least one warm-up round")
     policies = [p.strip() for p in buckets.split(",") if p.strip()]
     if not policies or len(set(policies)) != len(policies):
         raise ValueError(f"--buckets takes one or more distinct policies, comma-separated; got {buckets!r}")
+    arithmetics = [p.strip() for p in precisions.split(",") if p.strip()]
+    if not arithmetics or len(set(arithmetics)) != len(arithmetics) or not set(arithmetics) <= {"fp32", "bf16"}:
+        raise ValueError(f"--precision takes fp32 and/or bf16, comma-separated; got {precisions!r}")
     bucket_sets = {p: None if p == "exact" else parse_buckets(p) for p in policies}  # bad specs fail first
+    for name in arithmetics:
+        check_precision(resolve_precision(name)[1])  # a CPU without bf16: one line, before any work
+    variants = [(p, a) for a in arithmetics for p in policies]  # the first is `tvm`
     chunks = prepare(text=text)
     if len(chunks) != 1:
         raise TextError(f"bench takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
@@ -137,65 +152,87 @@ def bench(
         run_torch()
     gflop = counter.get_total_flops() / 1e9
 
-    ort = OrtInt8(threads)
+    setup = {}
+    for name in peers:  # export / session creation outside the timed region; compile happens in the warm-up
+        start = time.perf_counter()
+        setup[name] = make_peers([name], model, info.fingerprint, threads)[name]
+        setup[name].setup_s = time.perf_counter() - start
 
-    compiled = {p: compiled_kokoro(model, info.fingerprint, "float32", buckets=b) for p, b in bucket_sets.items()}
+    compiled = {
+        (p, a): compiled_kokoro(
+            model, info.fingerprint, "float32", buckets=bucket_sets[p], precision=resolve_precision(a)[1]
+        )
+        for p, a in variants
+    }
     first = {}
-    for index, (policy, runtime) in enumerate(compiled.items()):  # builds (or loads) outside the timed region
+    for index, (variant, runtime) in enumerate(compiled.items()):  # builds (or loads) outside the timed region
         if index == 0:
             with _Recorder(runtime) as recorder:
-                first[policy] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+                first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
         else:
-            first[policy] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+            first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
 
     def tvm_runner(runtime):
         return lambda: runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
 
-    names = {p: "tvm" if i == 0 else f"tvm[{p}]" for i, p in enumerate(policies)}
+    def variant_name(index, policy, arithmetic):
+        parts = [part for part, usual in ((policy, policies[0]), (arithmetic, "fp32")) if part != usual]
+        return "tvm" if index == 0 else f"tvm[{','.join(parts) or policy}]"
+
+    names = {v: variant_name(i, *v) for i, v in enumerate(variants)}
     samples = interleaved(
         {
-            "torch": run_torch,
-            "ort_int8": lambda: ort.speak(chunk.padded_ids, style),
-            **{names[p]: tvm_runner(runtime) for p, runtime in compiled.items()},
+            **{name: (lambda p=peer: p.speak(chunk.padded_ids, style, 1.0)) for name, peer in setup.items()},
+            **{names[v]: tvm_runner(runtime) for v, runtime in compiled.items()},
         },
         runs,
         warmup,
     )
     totals = {name: statistics.median(values) for name, values in samples.items()}
-    lead = first[policies[0]]
+    lead = first[variants[0]]
     record = {
         "text": text,
         "voice": pack.name,
         "utterance_s": round(audio_s, 3),
         "threads": threads,
         "runs": runs,
-        "torch_s": totals["torch"],
-        "ort_int8_s": totals["ort_int8"],
         "tvm_s": totals["tvm"],
-        "tvm_vs_torch": totals["torch"] / totals["tvm"],
-        "tvm_vs_ort": totals["ort_int8"] / totals["tvm"],
+        "peers": {
+            name: {
+                "s": totals[name],
+                "spread_s": [min(samples[name]), max(samples[name])],
+                "setup_s": getattr(peer, "compile_s", None) or peer.setup_s,
+            }
+            for name, peer in setup.items()
+        },
+        "tvm_vs": {name: totals[name] / totals["tvm"] for name in setup},
         "rtf": {name: value / audio_s for name, value in totals.items()},
         "spread_s": {name: [min(values), max(values)] for name, values in samples.items()},
         "gflop_per_audio_s": gflop / audio_s,
         "tvm_gflops": gflop / totals["tvm"],
         "weights_fingerprint": info.fingerprint,
         "tvm_buckets": _describe(bucket_sets[policies[0]]),
+        "tvm_precision": arithmetics[0],
         "lengths": {"tokens": len(chunk.padded_ids), "frames": lead.n_frames},
         "tvm_shapes": {"tokens": lead.buckets[0], "frames": lead.buckets[1]},
         "tvm_policies": {
-            p: {
-                "buckets": _describe(bucket_sets[p]),
-                "s": totals[names[p]],
-                "spread_s": [min(samples[names[p]]), max(samples[names[p]])],
-                "shapes": {"tokens": first[p].buckets[0], "frames": first[p].buckets[1]},
-                "padded_frames": first[p].buckets[1] / lead.n_frames - 1,
-                "vs_first": totals[names[p]] / totals["tvm"],
+            names[v]: {
+                "buckets": _describe(bucket_sets[v[0]]),
+                "precision": v[1],
+                "s": totals[names[v]],
+                "spread_s": [min(samples[names[v]]), max(samples[names[v]])],
+                "shapes": {"tokens": first[v].buckets[0], "frames": first[v].buckets[1]},
+                "padded_frames": first[v].buckets[1] / lead.n_frames - 1,
+                "vs_first": totals[names[v]] / totals["tvm"],
             }
-            for p in policies
+            for v in variants
         },
     }
+    for name, key, ratio in (("torch", "torch_s", "tvm_vs_torch"), ("ort_int8", "ort_int8_s", "tvm_vs_ort")):
+        if name in setup:
+            record[key], record[ratio] = totals[name], record["tvm_vs"][name]
     if components:
-        record["per_component"] = _per_component(model, compiled[policies[0]], recorder.inputs, runs, warmup)
+        record["per_component"] = _per_component(model, compiled[variants[0]], recorder.inputs, runs, warmup)
     return record
 
 

@@ -102,6 +102,23 @@ def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
     return len({r.source.name for r in stmt.reads} - {stmt.writes[0].source.name}) >= 2
 
 
+def _bf16_pairs(sch: s_tir.Schedule, block, reduce: list, lanes: int) -> bool:
+    """True for a kokoro_tvm.compiler.bf16 conv: two uint16 (bf16 bit pattern) operands, float32 accumulation,
+    the channel-pair axis (extent 2) last, and 16 float32 lanes (AVX-512) for its vdpbf16ps."""
+    from kokoro_tvm.compiler.bf16 import LANES
+
+    stmt = sch.get(block)
+    operands = [r.source for r in stmt.reads if r.source.name != stmt.writes[0].source.name]
+    return (
+        lanes == LANES
+        and len(reduce) >= 2
+        and _extent(sch, reduce[-1]) == 2
+        and str(stmt.writes[0].source.dtype) == "float32"
+        and len(operands) == 2
+        and all(str(b.dtype) == "uint16" for b in operands)
+    )
+
+
 def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
     inner = sch.get_loops(block)[-1]
     ext = _extent(sch, inner)
@@ -311,6 +328,11 @@ class Contraction(_CPURule):
         # tile order: walk the rows of one column slab (the slab stays in cache, the row operand streams), unless
         # the row operand (conv weights) is the larger one: then walk the columns of one row slab
         rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
+        # bf16 pairs (kokoro_tvm.compiler.bf16): the channel-pair axis goes innermost, under the column vector,
+        # and the (16 columns x 1 pair) step becomes one vdpbf16ps
+        pairs = _bf16_pairs(sch, main.block_rv, reduce, lanes)
+        if pairs:
+            *reduce, pair = reduce
 
         # epilogue: fold the injective chain after the reduction into its last block, including side inputs
         # computed before the reduction (a residual, a mask) that only the epilogue reads
@@ -324,7 +346,7 @@ class Contraction(_CPURule):
         col_o, col_i = sch.split(col, [None, cols])
         if isinstance(row_extent, int) and isinstance(col_extent, int):
             first, second = (row_o, col_o) if rows_outer else (col_o, row_o)
-            sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+            sch.reorder(*outer, first, second, *reduce, row_i, col_i, *([pair] if pairs else []))
             anchor = sch.fuse(*outer, first, second)  # one task per tile; neighbours share a slab
             sch.parallel(anchor)
         else:
@@ -342,11 +364,11 @@ class Contraction(_CPURule):
                 # once per row slab: 102-104 against 131-133 GFLOP/s (128 ch, k7, 19,232 steps), 90 against 107
                 # (512 ch, k3).
                 first, second = col_o, row_o
-                sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+                sch.reorder(*outer, first, second, *reduce, row_i, col_i, *([pair] if pairs else []))
                 sch.parallel(first)
             else:
                 first, second = (col_o, row_o) if only_cols_static else (row_o, col_o)
-                sch.reorder(*outer, first, second, *reduce, row_i, col_i)
+                sch.reorder(*outer, first, second, *reduce, row_i, col_i, *([pair] if pairs else []))
                 # the leading static loops (both tile loops symbolic, as attention scores T x T: the outer ones)
                 parallel = list(
                     itertools.takewhile(lambda loop: isinstance(_extent(sch, loop), int), [*outer, first])
@@ -368,9 +390,17 @@ class Contraction(_CPURule):
             if consumers:  # its own pass over the finished reduction
                 _elementwise_loops(sch, consumers[-1].block_rv, lanes)
         sch.unroll(row_i)
-        sch.vectorize(col_i)
+        if not pairs:
+            sch.vectorize(col_i)
         init = sch.decompose_reduction(main.block_rv, reduce[0])
         _vectorize_inner(sch, init, lanes)
+        if pairs:
+            from kokoro_tvm.compiler.bf16 import LANES, register_intrinsic
+
+            vectors = sch.split(col_i, [None, LANES]) if cols > LANES else [col_i]
+            if len(vectors) > 1:
+                sch.unroll(vectors[0])
+            sch.tensorize(vectors[-1], register_intrinsic())
         for producer in producers:
             _elementwise_loops(sch, producer.block_rv, lanes)
         return sch

@@ -1,0 +1,309 @@
+"""bfloat16 convolutions on x86 with AVX512_BF16: bf16 operands, float32 accumulation, `vdpbf16ps`.
+
+`vdpbf16ps acc, a, b` adds, to each of 16 float32 lanes, the products of the lane's two bf16 pairs: twice the
+multiply-adds of an fp32 FMA per instruction. A conv1d out[o, t] = sum_{c, k} w[o, c, k] x[c, t + k d] maps
+onto it with the input channels taken in pairs:
+
+- activations packed as xq[n, c/2, t, 2] (the two channels of a pair side by side: 16 time steps of one pair
+  are 32 contiguous bf16, one vector operand), zero padding included;
+- weights packed as wq[o, c/2, k, 2] (one pair is 32 bits: broadcast to every lane);
+- out[n, o, t] = sum_{c2, k, p} f32(xq[n, c2, t + k d, p]) * f32(wq[o, c2, k, p]) in float32.
+
+bf16 is the upper half of a float32: packing rounds to nearest even, unpacking is a shift, so products are
+exact in float32 and only the operand rounding (8 significant bits) differs from an fp32 conv.
+
+TVM 0.27 cannot carry a `bfloat16` value to LLVM (its code generation crashes on a bf16 vector once the bf16
+legalization passes ran), so the packed buffers are uint16 bit patterns and the instruction lives in a few lines
+of LLVM IR that the kernel imports (`pragma_import_llvm`): `kokoro_dpbf16ps(acc, a, b)` takes the operands as
+int32 vectors (bf16 pairs), bitcasts them to bf16 and returns `vdpbf16ps(acc, a, b)`; LLVM inlines it. Values,
+not pointers: an earlier version passed the operands' addresses, and the accumulator tile then stayed in memory
+(a store after every vdpbf16ps, the input reloaded: 78 GFLOP/s where the fp32 kernel runs at 200). The tensor intrinsic
+`DPBF16PS_16x2` (16 lanes x one channel pair) is what the CPU Contraction rule tensorizes the kernel's innermost
+loops with (kokoro_tvm.compiler.schedule.cpu).
+
+`Bf16Convolutions(select)` rewrites the float32 conv1d calls whose weight parameters `select` accepts; which ones
+is the registry's `BF16_CONVOLUTIONS` (kokoro_tvm.components), set by a measured error budget
+(kokoro_tvm.studies.precision). It runs before the weight-only work is lifted out of `main`, so the weights are
+packed once at load, not per call; the conv-transpose upsamplers are made ordinary convs first
+(PolyphaseConvTranspose) so that they can take part. A target without avx512bf16 is refused
+before any rewrite (`require_bf16`): never an illegal instruction at run time.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax, te, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm.script import tirx as T
+
+from kokoro_tvm.compiler.passes import (
+    ALIGN,
+    _rewriting_pass,
+    _SineRewriter,
+    parameter_names,
+    slice_last_axis,
+    static_value,
+)
+
+# Bump when the bf16 rewrite or kernel changes what a bf16 build computes or how (part of bf16 artifacts' keys
+# only: float32 and float64 artifacts stay valid). 2: operands passed by value (the tile stays in registers);
+# 3: activations packed as uint32 words (vectorized), Snake in float32.
+KERNEL_VERSION = 3
+INTRIN = "kokoro_dpbf16ps_16x2"
+LANES = 16  # float32 lanes of one zmm register
+EXTERN = "kokoro_dpbf16ps"
+
+LLVM_KERNEL = f"""
+define internal <16 x float> @{EXTERN}(<16 x float> %acc, <16 x i32> %av, <16 x i32> %bv) alwaysinline {{
+  %ab = bitcast <16 x i32> %av to <32 x bfloat>
+  %bb = bitcast <16 x i32> %bv to <32 x bfloat>
+  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %ab, <32 x bfloat> %bb)
+  ret <16 x float> %r
+}}
+declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+"""
+
+
+class Bf16Unsupported(ValueError):
+    """A bf16 build for a target (or a run on a CPU) without AVX512_BF16."""
+
+
+def target_has_bf16(target) -> bool:
+    """True if the LLVM target's CPU has AVX512_BF16 (vdpbf16ps)."""
+    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    if target.kind.name != "llvm":
+        return False
+    from tvm.target import codegen
+
+    return bool(codegen.target_has_features("avx512bf16", target))
+
+
+def host_has_bf16() -> bool | None:
+    """This CPU's avx512_bf16 flag from /proc/cpuinfo; None where there is no such file (not Linux)."""
+    from pathlib import Path
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return None
+    return "avx512_bf16" in cpuinfo.read_text().split()
+
+
+def require_bf16(target) -> None:
+    """Refuse (Bf16Unsupported, one line) a target without AVX512_BF16, and a host target on a CPU whose flags
+    lack it (a virtual machine can hide a feature its CPU model has)."""
+    host = target_has_bf16(target) and _is_host(target)
+    if host and host_has_bf16() is False:
+        raise Bf16Unsupported(
+            "bf16 builds need AVX512_BF16 (vdpbf16ps), which this CPU does not report in /proc/cpuinfo: "
+            "use --precision fp32"
+        )
+    if not target_has_bf16(target):
+        described = target.get("mcpu", target.get("kind")) if isinstance(target, dict) else str(target)
+        raise Bf16Unsupported(
+            f"bf16 builds need an x86 CPU with AVX512_BF16 (vdpbf16ps); the target {described} has none: "
+            "use --precision fp32"
+        )
+
+
+def _is_host(target) -> bool:
+    from kokoro_tvm.compiler.targets import host_target
+
+    mcpu = target.get("mcpu") if isinstance(target, dict) else str(getattr(target, "attrs", {}).get("mcpu", ""))
+    return mcpu == host_target().get("mcpu")
+
+
+def to_float(bits):
+    """A bf16 bit pattern (uint16) as the float32 it stands for."""
+    return tirx.reinterpret("float32", tirx.shift_left(bits.astype("uint32"), tirx.const(16, "uint32")))
+
+
+def to_bf16_bits(value):
+    """float32 -> the bf16 bit pattern nearest to it (ties to even), as uint16."""
+    bits = tirx.reinterpret("uint32", value)
+    lsb = tirx.bitwise_and(tirx.shift_right(bits, tirx.const(16, "uint32")), tirx.const(1, "uint32"))
+    rounded = bits + tirx.const(0x7FFF, "uint32") + lsb
+    return tirx.shift_right(rounded, tirx.const(16, "uint32")).astype("uint16")
+
+
+@T.prim_func(s_tir=True)
+def _dot_desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+    A = T.match_buffer(a, (16, 2), "uint16", offset_factor=1)
+    B = T.match_buffer(b, (2,), "uint16", offset_factor=1)
+    C = T.match_buffer(c, (16,), "float32", offset_factor=1, scope="local")
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:16, 0:2], B[0:2])
+        T.writes(C[0:16])
+        for i, k in T.grid(16, 2):
+            with T.sblock("update"):
+                vi, vk = T.axis.remap("SR", [i, k])
+                C[vi] = C[vi] + T.reinterpret(
+                    "float32", T.shift_left(T.Cast("uint32", A[vi, vk]), T.uint32(16))
+                ) * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[vk]), T.uint32(16)))
+
+
+@T.prim_func(s_tir=True)
+def _dot_impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+    A = T.match_buffer(a, (16, 2), "uint16", offset_factor=1)
+    B = T.match_buffer(b, (2,), "uint16", offset_factor=1)
+    C = T.match_buffer(c, (16,), "float32", offset_factor=1, scope="local")
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:16, 0:2], B[0:2])
+        T.writes(C[0:16])
+        pairs = T.reinterpret("int32x16", A.vload([0, 0], "uint16x32"))  # 16 lanes x (channel c, c + 1)
+        weight = T.broadcast(T.reinterpret("int32", B.vload([0], "uint16x2")), 16)  # one pair, every lane
+        C[T.ramp(0, 1, 16)] = T.call_pure_extern("float32x16", EXTERN, C.vload([0], "float32x16"), pairs, weight)
+
+
+def register_intrinsic() -> str:
+    """Register DPBF16PS_16x2 with TVM once per process; returns its name."""
+    from tvm import s_tir
+
+    if s_tir.TensorIntrin.get(INTRIN, allow_missing=True) is None:
+        s_tir.TensorIntrin.register(INTRIN, _dot_desc, _dot_impl)
+    return INTRIN
+
+
+def import_kernel(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`func` with the LLVM IR of `kokoro_dpbf16ps` attached, so its code generation links and inlines it."""
+    return func.with_body(tirx.AttrStmt(0, "pragma_import_llvm", tvm.ir.StringImm(LLVM_KERNEL), func.body))
+
+
+def ImportBf16Kernel():  # noqa: N802 (TVM pass naming)
+    """After scheduling: every PrimFunc fused from a bf16 conv (FuseTIR keeps `bf16_conv1d` in its name) carries
+    the kernel's LLVM IR, once per function."""
+
+    @tvm.transform.module_pass(opt_level=0, name="ImportBf16Kernel")
+    def _pass(mod, _ctx):
+        for gvar, func in list(mod.functions_items()):
+            if isinstance(func, tirx.PrimFunc) and "bf16_conv1d" in gvar.name_hint:
+                mod[gvar] = import_kernel(func)
+        return mod
+
+    return _pass
+
+
+# --- the Relax rewrite -----------------------------------------------------------------------------------------
+
+
+def _pack_activation(x: te.Tensor, left: int, right: int) -> te.Tensor:
+    """x [n, c, t] float32 -> [n, c/2, left + t + right] uint32 words, each the bf16 bits of channel 2 c2 (low
+    half: first in memory) and 2 c2 + 1 (high half), zeros in the padding. Viewed as uint16 [.., 2] this is the
+    kernel's pair-interleaved layout; written as words, both reads and the write run along time, so the loop
+    vectorizes (an innermost pair axis of extent 2 did not: the packing cost the decoder 0.2 s at 160 frames)."""
+    n, c, t = x.shape
+
+    def bits(b, channel, s):
+        inside = tirx.all(s >= left, s < t + left)
+        value = tirx.if_then_else(inside, x[b, channel, s - left], tirx.const(0.0, "float32"))
+        return to_bf16_bits(value).astype("uint32")
+
+    def pack(b, c2, s):
+        return tirx.bitwise_or(bits(b, c2 * 2, s), tirx.shift_left(bits(b, c2 * 2 + 1, s), tirx.const(16, "uint32")))
+
+    return te.compute((n, c // 2, t + left + right), pack, name="bf16_pack_x")
+
+
+def _pack_weights(w: te.Tensor) -> te.Tensor:
+    """w [o, c, k] float32 -> [o, c/2, k, 2] bf16 bits."""
+    o, c, k = w.shape
+    return te.compute((o, c // 2, k, 2), lambda a, c2, j, p: to_bf16_bits(w[a, c2 * 2 + p, j]), name="bf16_pack_w")
+
+
+def _conv(xq: te.Tensor, wq: te.Tensor, dilation: int) -> te.Tensor:
+    n, c2_extent, padded, _ = xq.shape
+    o, _, k_extent, _ = wq.shape
+    length = padded - dilation * (k_extent - 1)
+    c2 = te.reduce_axis((0, c2_extent), "c2")
+    k = te.reduce_axis((0, k_extent), "k")
+    p = te.reduce_axis((0, 2), "p")
+    return te.compute(
+        (n, o, length),
+        lambda b, a, t: te.sum(to_float(xq[b, c2, t + k * dilation, p]) * to_float(wq[a, c2, k, p]), axis=[c2, k, p]),
+        name="bf16_conv1d",
+    )
+
+
+def convertible(call) -> bool:
+    """A float32 conv1d (NCW / OIW, stride 1, one group, an even number of input channels, static weights)."""
+    attrs = call.attrs
+    try:
+        w_shape = [int(d) for d in call.args[1].ty.shape]
+        x_dtype = str(call.args[0].ty.dtype)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return (
+        x_dtype == "float32"
+        and attrs.data_layout == "NCW"
+        and attrs.kernel_layout == "OIW"
+        and [int(s) for s in attrs.strides] == [1]
+        and int(attrs.groups) == 1
+        and w_shape[1] % 2 == 0
+        and str(attrs.out_dtype) in ("", "None", "void", "float32")
+    )
+
+
+def selected_by_name(prefixes) -> callable:
+    """A `select` for Bf16Convolutions: the conv whose weight comes from a parameter of a torch module named with
+    one of `prefixes` (imported parameters are named after the module path, dots as underscores)."""
+    marks = tuple(p.replace(".", "_") for p in prefixes)
+    return lambda parameters: any(mark in name for name in parameters for mark in marks)
+
+
+@mutator
+class _Bf16ConvRewriter(PyExprMutator):
+    def __init__(self, mod, select):
+        super().__init__(mod)
+        self.select, self.rewritten = select, 0
+        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not call.op.same_as(self.conv1d) or not convertible(call):
+            return call
+        if not self.select(parameter_names(self, call.args[1])):
+            return call
+        attrs = call.attrs
+        left, right = (int(v) for v in attrs.padding)
+        (dilation,) = (int(v) for v in attrs.dilation)
+        x, w = call.args
+        length = x.ty.shape[2] + left + right - dilation * (int(w.ty.shape[2]) - 1)
+        extra = static_value(-length % ALIGN)  # whole column tiles, as AlignConvLengths does for fp32 convs
+        words = self.builder_.emit_te(_pack_activation, x, left, right + extra, primfunc_name_hint="bf16_pack_x")
+        n, half, padded = words.ty.shape
+        xq = self.builder_.emit(relax.op.memory.view(words, relax.ShapeExpr([n, half, padded, 2]), "uint16"))
+        wq = self.builder_.emit_te(_pack_weights, w, primfunc_name_hint="bf16_pack_w")
+        self.rewritten += 1
+        out = self.builder_.emit_te(_conv, xq, wq, dilation, primfunc_name_hint="bf16_conv1d")
+        return slice_last_axis(out, 0, length) if extra else out
+
+
+def Bf16Convolutions(select=lambda parameters: True):  # noqa: N802 (TVM pass naming)
+    """Every convertible float32 conv1d whose weight's parameter names `select` accepts, as bf16 pack + bf16
+    conv (see the module)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="Bf16Convolutions")
+    def _pass(mod, _ctx):
+        rewriter = _Bf16ConvRewriter(mod, select)
+        for gvar, func in list(mod.functions_items()):
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        return rewriter.builder_.get()
+
+    return _pass
+
+
+SNAKE_ALPHA = "alpha"  # Snake's per-channel frequency parameters (alpha1 / alpha2 of the AdaIN resblocks)
+
+
+def Bf16SnakeSine(prefixes):  # noqa: N802 (TVM pass naming)
+    """Snake's sin(alpha * x) in the layers of `prefixes`, in float32 arithmetic (VectorizableSine with 6 Taylor
+    terms, error below float32's half ulp) instead of float64: its result is rounded to bf16 by the next conv's
+    packing, so float64 bought nothing there and cost the bf16 decoder a quarter of its time. SineGen's sine
+    (harmonics of F0: large phases, no alpha) is left alone."""
+    marks = tuple(p.replace(".", "_") for p in prefixes)
+
+    def select(mutator, argument) -> bool:
+        names = parameter_names(mutator, argument, depth=4)
+        return any(SNAKE_ALPHA in name and any(mark in name for mark in marks) for name in names)
+
+    return _rewriting_pass("Bf16SnakeSine", lambda mod: _SineRewriter(mod, "float32", select))
