@@ -180,3 +180,38 @@ def test_bf16_build_specs_keep_float32_keys_and_share_unreduced_components():
     }
     with pytest.raises(ValueError, match="float32"):
         BuildSpec("decoder", 64, "float64", precision="bf16")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["say", "Hello.", "--backend", "tvm", "--precision", "bf16"], "does not report"),
+        (["say", "Hello.", "--backend", "torch", "--precision", "bf16"], "tvm backend only"),
+        (["compile", "--precision", "bf16"], "does not report"),
+        (["bench", "--precision", "bf16,fp16"], "fp32 and/or bf16"),
+        (["bench", "--peers", "torch,tensorflow"], "peers are distinct names"),
+    ],
+)
+def test_precision_and_peer_errors_are_one_line_before_any_work(args, expected, capsys, tmp_path, monkeypatch):
+    """A CPU whose flags lack avx512_bf16 (simulated) is refused before weights load or anything builds."""
+    from kokoro_tvm.cli import main
+
+    monkeypatch.setattr(bf16, "host_has_bf16", lambda: False)
+    monkeypatch.setenv("KOKORO_TVM_CACHE", str(tmp_path / "cache"))
+    if args[0] == "say":
+        args = [*args, "-o", str(tmp_path / "x.wav")]
+    assert main(["-q", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kokoro-tvm: error:") and expected in err and "\n" not in err, err
+    assert not (tmp_path / "cache" / "artifacts").exists()
+
+
+def test_peer_lists():
+    from kokoro_tvm.studies.peers import PEERS, PeerError, parse_peers
+
+    assert parse_peers(None) == parse_peers("all") == PEERS
+    assert parse_peers("none") == ()
+    assert parse_peers(" ort_int8, torch ") == ("ort_int8", "torch")
+    for bad in ("torch,torch", "", "tensorflow"):
+        with pytest.raises(PeerError):
+            parse_peers(bad)

@@ -88,6 +88,13 @@ def host_has_bf16() -> bool | None:
     return "avx512_bf16" in cpuinfo.read_text().split()
 
 
+def host_supports_bf16() -> bool:
+    """This machine can build and run bf16 kernels for itself (its LLVM CPU model and its flags agree)."""
+    from kokoro_tvm.compiler.targets import host_target
+
+    return target_has_bf16(host_target()) and host_has_bf16() is not False
+
+
 def require_bf16(target) -> None:
     """Refuse (Bf16Unsupported, one line) a target without AVX512_BF16, and a host target on a CPU whose flags
     lack it (a virtual machine can hide a feature its CPU model has)."""

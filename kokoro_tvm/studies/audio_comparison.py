@@ -7,6 +7,8 @@ Backends (all fp32, the resolved weights, one voice):
 - tvm_exact / tvm_bucketed / tvm_dynamic: the compiled model at exact lengths / in the chosen bucket set
   (`--buckets bucketed`) / in the symbolic-length builds (`--buckets dynamic`, what `say` runs by default),
   given the same noise as pt_dynamic.
+- tvm_bf16: the symbolic-length builds with bf16 convolutions (`--precision bf16`, kokoro_tvm.compiler.bf16), same
+  noise; only on a CPU with AVX512_BF16 (`Speakers.backends` leaves it out elsewhere).
 - ort_int8: ONNX Runtime on the embedded int8 export (its own noise; int8 arithmetic).
 
 Reference-based metrics need the same length, i.e. the same durations; where a backend's audio length differs
@@ -27,7 +29,7 @@ from kokoro_tvm.evaluation.metrics import audio_metrics, word_error_rate
 log = logging.getLogger(__name__)
 
 REFERENCE = "pt_dynamic"
-BACKENDS = (REFERENCE, "torch_stock", "tvm_exact", "tvm_bucketed", "tvm_dynamic", "ort_int8")
+BACKENDS = (REFERENCE, "torch_stock", "tvm_exact", "tvm_bucketed", "tvm_dynamic", "tvm_bf16", "ort_int8")
 
 
 def pick_sentences(sentences: list[str], n: int) -> list[str]:
@@ -45,6 +47,7 @@ class Speakers:
         import torch
 
         from kokoro_tvm.compiled import compiled_kokoro
+        from kokoro_tvm.compiler.bf16 import host_supports_bf16
         from kokoro_tvm.frontend.voices import load_voice
         from kokoro_tvm.reference.noise import SeededNoise
         from kokoro_tvm.runtime.buckets import parse_buckets
@@ -56,6 +59,12 @@ class Speakers:
         self.tvm_exact = compiled_kokoro(self.model, self.weights.fingerprint)
         self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("bucketed"))
         self.tvm_dynamic = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"))
+        self.tvm_bf16 = None
+        if host_supports_bf16():
+            self.tvm_bf16 = compiled_kokoro(
+                self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"), precision="bf16"
+            )
+        self.backends = tuple(b for b in BACKENDS if b != "tvm_bf16" or self.tvm_bf16 is not None)
         self.ort = OrtInt8(threads)
         self._torch = torch
 
@@ -70,7 +79,7 @@ class Speakers:
         elif backend == "torch_stock":
             self._torch.manual_seed(self.seed + 1)  # a different draw than the reference, but reproducible
             audio, _ = stock_forward(self.model, chunk.padded_ids, style)
-        elif backend in ("tvm_exact", "tvm_bucketed", "tvm_dynamic"):
+        elif backend in ("tvm_exact", "tvm_bucketed", "tvm_dynamic", "tvm_bf16") and getattr(self, backend):
             audio = getattr(self, backend).run_stages(chunk.padded_ids, style, noise=self.noise).audio
         elif backend == "ort_int8":
             audio = self.ort.speak(chunk.padded_ids, style)
@@ -79,10 +88,12 @@ class Speakers:
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
 
-def compare_backends(speakers: Speakers, sentences: list[str], backends=BACKENDS, exact_limit: int | None = None):
+def compare_backends(speakers: Speakers, sentences: list[str], backends=None, exact_limit: int | None = None):
     """(rows, audio): one row per (sentence, backend) with every metric against the reference, and the audio
-    as {sentence index: {backend: array}}. `exact_limit`: tvm_exact only for the first N sentences (one build
-    per distinct length)."""
+    as {sentence index: {backend: array}}. `backends`: default every backend this machine runs
+    (`speakers.backends`). `exact_limit`: tvm_exact only for the first N sentences (one build per distinct
+    length)."""
+    backends = speakers.backends if backends is None else backends
     rows, audio = [], {}
     for index, sentence in enumerate(sentences):
         audio[index] = {}

@@ -236,6 +236,33 @@ def bench(
     return record
 
 
+def describe_run(record: dict) -> str:
+    """One line on what a bench record timed: the text, how long, how many threads and rounds."""
+    text = record["text"] if len(record["text"]) <= 90 else record["text"][:87] + "..."
+    return (
+        f"\"{text}\": {record['utterance_s']:.1f} s of speech ({record['lengths']['tokens']} tokens, "
+        f"{record['lengths']['frames']} frames), {record['threads']} threads, median of {record['runs']} "
+        "interleaved rounds"
+    )
+
+
+def backend_rows(record: dict) -> list[dict]:
+    """One row per timed backend of a bench record: median, spread, RTF, its time over TVM's, one-time setup."""
+    rows = []
+    for name, rtf in record["rtf"].items():
+        peer = record["peers"].get(name)
+        median = peer["s"] if peer else record["tvm_policies"][name]["s"]
+        rows.append({
+            "backend": name,
+            "median_s": median,
+            "spread_s": record["spread_s"][name],
+            "rtf": rtf,
+            "vs_tvm": median / record["tvm_s"],
+            "setup_s": peer["setup_s"] if peer else None,
+        })
+    return rows
+
+
 def _describe(bucket_set) -> str:
     return bucket_set.describe() if bucket_set else "exact"
 
@@ -275,37 +302,72 @@ def _per_component(model, compiled, recorded: dict, runs: int, warmup: int) -> d
     return result
 
 
-def conv_peak(threads: int = 2, steps: int = 48_000, runs: int = 5) -> dict:
-    """GFLOP/s of the generator's dominant layer shape (conv1d 128 -> 128 channels, kernel 7, dilation 3,
-    `steps` samples) in torch and in our TVM build: the practical compute limit for the decoder."""
+def conv_peak(
+    threads: int = 2, steps: int = 48_000, runs: int = 5, channels: int = 128, taps: int = 7, dilation: int = 3
+) -> dict:
+    """GFLOP/s of one conv1d shape (default: the generator's dominant layer, 128 -> 128 channels, kernel 7,
+    dilation 3, `steps` samples) in torch (oneDNN) and in our TVM build, in float32 and, on a CPU with
+    AVX512_BF16, in bf16 (torch on bf16 tensors; ours: kokoro_tvm.compiler.bf16): the practical compute limit
+    for the decoder, and `tvm_bf16_vs_torch_bf16`, our bf16 kernel's share of oneDNN's rate."""
     import torch
     from tvm import relax
 
     from kokoro_tvm.compiled import compile_and_load
+    from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_has_bf16, target_has_bf16
+    from kokoro_tvm.compiler.targets import host_target
 
     set_threads(threads)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((1, 128, steps)).astype(np.float32)
-    w = (rng.standard_normal((128, 128, 7)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((1, channels, steps)).astype(np.float32)
+    w = (rng.standard_normal((channels, channels, taps)) * 0.05).astype(np.float32)
+    padding = dilation * (taps - 1) // 2
     bb = relax.BlockBuilder()
     xv, wv = relax.Var("x", relax.TensorType(x.shape, "float32")), relax.Var("w", relax.TensorType(w.shape, "float32"))
     with bb.function("main", [xv, wv]):
         with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.conv1d(xv, wv, padding=9, dilation=3))
+            out = bb.emit_output(relax.op.nn.conv1d(xv, wv, padding=padding, dilation=dilation))
         bb.emit_func_output(out)
-    runner = compile_and_load(bb.get())
-    tx, tw = runner.device_inputs(x, w)
+    bf16 = target_has_bf16(host_target()) and host_has_bf16() is not False
+    modules = {"tvm": bb.get(), **({"tvm_bf16": Bf16Convolutions()(bb.get())} if bf16 else {})}
     px, pw = torch.from_numpy(x), torch.from_numpy(w)
+    backends = {"torch": lambda: torch.nn.functional.conv1d(px, pw, padding=padding, dilation=dilation)}
+    if bf16:
+        bx, bw = px.bfloat16(), pw.bfloat16()
+        backends["torch_bf16"] = lambda: torch.nn.functional.conv1d(bx, bw, padding=padding, dilation=dilation)
+    for name, mod in modules.items():
+        runner = compile_and_load(mod)
+        tensors = runner.device_inputs(x, w)
+        backends[name] = lambda r=runner, t=tensors: r.run_on_device(*t)
     with torch.no_grad():
-        times = _median_interleaved(
-            {
-                "torch": lambda: torch.nn.functional.conv1d(px, pw, padding=9, dilation=3),
-                "tvm": lambda: runner.run_on_device(tx, tw),
-            },
-            runs,
-            1,
-        )
-    gflop = 2 * 128 * 128 * 7 * steps / 1e9
-    return {"shape": f"conv1d 128->128, k7, d3, {steps} steps", "gflop": gflop, "threads": threads} | {
-        f"{name}_gflops": gflop / t for name, t in times.items()
-    }
+        times = _median_interleaved(backends, runs, 1)
+    gflop = 2 * channels * channels * taps * steps / 1e9
+    record = {
+        "shape": f"conv1d {channels}->{channels}, k{taps}, d{dilation}, {steps} steps",
+        "gflop": gflop,
+        "threads": threads,
+    } | {f"{name}_gflops": gflop / t for name, t in times.items()}
+    if bf16:
+        record["tvm_bf16_vs_torch_bf16"] = times["torch_bf16"] / times["tvm_bf16"]
+    return record
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m kokoro_tvm.studies.benchmark --conv-peak [--steps N --channels C --taps K --dilation D]`: one
+    JSON line of conv_peak (NOTES/performance.md quotes it)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.benchmark")
+    parser.add_argument("--conv-peak", action="store_true", required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=48_000)
+    parser.add_argument("--channels", type=int, default=128)
+    parser.add_argument("--taps", type=int, default=7)
+    parser.add_argument("--dilation", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    print(json.dumps(conv_peak(args.threads, args.steps, args.runs, args.channels, args.taps, args.dilation)))
+
+
+if __name__ == "__main__":
+    main()

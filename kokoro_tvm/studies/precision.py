@@ -121,6 +121,39 @@ def group_budget(model, groups: dict[str, list[str]], text: str = BUDGET_TEXT, v
     return rows
 
 
+def precision_comparison(model, weights_fingerprint: str, texts, voice: str | None = None, seed: int = 0,
+                         precisions=("fp32", "bf16")):
+    """(rows, audio): each text spoken by pt.dynamic fp32 and by TVM's symbolic builds at each precision (same
+    seeded noise); one row per (text, precision) with the per-stage relative L2, durations equal, and the audio
+    metrics against pt.dynamic fp32; audio as {text index: {"pt_dynamic" | "tvm_<precision>": array}}."""
+    from kokoro_tvm.compiled import compiled_kokoro, resolve_precision
+    from kokoro_tvm.evaluation.metrics import audio_metrics
+    from kokoro_tvm.evaluation.parity import stage_errors
+    from kokoro_tvm.reference.noise import SeededNoise
+    from kokoro_tvm.reference.pt_dynamic import run_stages
+    from kokoro_tvm.runtime.buckets import parse_buckets
+
+    runtimes = {
+        p: compiled_kokoro(model, weights_fingerprint, "float32", buckets=parse_buckets("dynamic"),
+                           precision=resolve_precision(p)[1])
+        for p in precisions
+    }
+    rows, audio = [], {}
+    for index, text in enumerate(texts):
+        chunk, style = _setup(model, text, voice)
+        reference = run_stages(model, chunk.padded_ids, style, 1.0, SeededNoise(seed))
+        audio[index] = {"pt_dynamic": reference.audio}
+        for name, runtime in runtimes.items():
+            stages = runtime.run_stages(chunk.padded_ids, style, 1.0, SeededNoise(seed))
+            audio[index][f"tvm_{name}"] = stages.audio
+            same = bool(np.array_equal(reference.durations, stages.durations))
+            metrics = audio_metrics(reference.audio, stages.audio) if same else {}
+            rows.append({"text": index, "precision": name, "durations_equal": same,
+                         **{f"rel_l2.{k}": v for k, v in stage_errors(reference, stages).items()},
+                         **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi", "log_mel_l1")}})
+    return rows, audio
+
+
 def main(argv=None) -> int:
     import torch
 
