@@ -53,3 +53,15 @@ def test_our_fp32_onnx_export_speaks_with_pytorchs_durations(kmodel):
         assert 0.5 < np.abs(audio).max() / np.abs(reference).max() < 2  # speech at the same level, not silence
     modified = peer.path.stat().st_mtime_ns
     assert onnx_fp32_export(model, info.fingerprint) == peer.path and peer.path.stat().st_mtime_ns == modified
+
+
+@pytest.mark.slow
+def test_bench_times_every_peer_in_one_process():
+    """`bench` with every peer on a short text (torch.compile compiles for a minute or two: slow tier)."""
+    from kokoro_tvm.studies.benchmark import backend_rows, bench
+    from kokoro_tvm.studies.peers import PEERS
+
+    record = bench("Hello world.", runs=1, warmup=1, components=False)
+    assert set(record["peers"]) == set(PEERS) and record["peers"]["torch_compile"]["setup_s"] > 0
+    assert {row["backend"] for row in backend_rows(record)} == {*PEERS, "tvm"}
+    assert all(value > 0 for value in record["tvm_vs"].values())

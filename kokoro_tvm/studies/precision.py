@@ -7,7 +7,7 @@ in bf16 and reports the audio SNR and log-mel distance against the all-float32 r
 for groups of layers (the sets a build can choose), adding PESQ-WB / STOI. The registry's
 `BF16_CONVOLUTIONS` (kokoro_tvm.components) holds the groups this measurement admitted.
 
-    python -m kokoro_tvm.studies.precision [--text ...] [--layers]
+    python -m kokoro_tvm.studies.precision [--text ...] [--layers] [--int8]
 """
 
 from __future__ import annotations
@@ -29,12 +29,29 @@ def _round(t):
     return t.to(__import__("torch").bfloat16).float()
 
 
+def _int8_activation(t):
+    """Symmetric int8 with one scale per call (max |x| / 127): what a dynamic-quantized VNNI conv would feed."""
+    scale = t.abs().max().clamp(min=1e-12) / 127
+    return (t / scale).round().clamp(-127, 127) * scale
+
+
+def _int8_weight(w):
+    """Symmetric int8 per output channel (the layout VNNI kernels and ONNX's int8 exports use)."""
+    scale = w.abs().amax(dim=tuple(range(1, w.dim())), keepdim=True).clamp(min=1e-12) / 127
+    return (w / scale).round().clamp(-127, 127) * scale
+
+
+EMULATIONS = {"bf16": (_round, _round), "int8": (_int8_activation, _int8_weight)}
+
+
 @contextlib.contextmanager
-def bf16_emulation(model, names):
-    """Within the block, the named conv modules of `model` compute on bf16-rounded input and weight."""
+def bf16_emulation(model, names, kind: str = "bf16"):
+    """Within the block, the named conv modules of `model` compute on rounded input and weight: bf16 (nearest
+    even), or `kind="int8"` (activations per tensor, weights per output channel, symmetric), in float32."""
     import torch
     import torch.nn.functional as F
 
+    round_x, round_w = EMULATIONS[kind]
     modules = dict(model.named_modules())
     patched = []
     try:
@@ -43,14 +60,13 @@ def bf16_emulation(model, names):
             if isinstance(module, torch.nn.Conv1d):
 
                 def forward(x, m=module):
-                    return F.conv1d(_round(x), _round(m.weight), m.bias, m.stride, m.padding, m.dilation, m.groups)
+                    return F.conv1d(round_x(x), round_w(m.weight), m.bias, m.stride, m.padding, m.dilation, m.groups)
 
             elif isinstance(module, torch.nn.ConvTranspose1d):
 
                 def forward(x, output_size=None, m=module):
-                    return F.conv_transpose1d(
-                        _round(x), _round(m.weight), m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation
-                    )
+                    x, w = round_x(x), round_w(m.weight)
+                    return F.conv_transpose1d(x, w, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
 
             else:
                 raise ValueError(f"{name} is a {type(module).__name__}, not a convolution")
@@ -104,8 +120,9 @@ def layer_budget(model, text: str = BUDGET_TEXT, voice: str | None = None, prefi
 
 
 def group_budget(model, groups: dict[str, list[str]], text: str = BUDGET_TEXT, voice: str | None = None,
-                 seed: int = 0) -> list[dict]:
-    """One row per named group of layer prefixes (each group alone, then all groups together) in bf16."""
+                 seed: int = 0, kind: str = "bf16") -> list[dict]:
+    """One row per named group of layer prefixes (each group alone, then all groups together) rounded to `kind`
+    (bf16, or int8 for the measured try of VNNI kernels that nothing compiles yet)."""
     from kokoro_tvm.evaluation.metrics import audio_metrics
 
     chunk, style = _setup(model, text, voice)
@@ -114,7 +131,7 @@ def group_budget(model, groups: dict[str, list[str]], text: str = BUDGET_TEXT, v
     rows = []
     for label, prefixes in [*groups.items(), ("all of the above", [p for ps in groups.values() for p in ps])]:
         names = [n for n in layers if any(n.startswith(p) for p in prefixes)]
-        with bf16_emulation(model, names):
+        with bf16_emulation(model, names, kind):
             audio = _audio(model, chunk, style, seed)
         metrics = audio_metrics(reference, audio)
         rows.append({"group": label, "layers": len(names), **{k: metrics[k] for k in ("snr_db", "pesq_wb", "stoi")}})
@@ -163,9 +180,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--text", default=BUDGET_TEXT)
     parser.add_argument("--layers", action="store_true", help="also one row per decoder conv layer")
+    parser.add_argument("--int8", action="store_true", help="also the same groups in int8 (emulated)")
     args = parser.parse_args(argv)
     model, _ = load_kmodel(None, dtype=torch.float32)
-    record = {"groups": group_budget(model, {k: list(v) for k, v in BF16_CONVOLUTIONS.items()}, args.text)}
+    groups = {k: list(v) for k, v in BF16_CONVOLUTIONS.items()}
+    record = {"groups": group_budget(model, groups, args.text)}
+    if args.int8:
+        record["int8_groups"] = group_budget(model, groups, args.text, kind="int8")
     if args.layers:
         record["layers"] = layer_budget(model, args.text)
     json.dump(record, sys.stdout, indent=1)
