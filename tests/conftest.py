@@ -5,11 +5,20 @@ import os
 
 import pytest
 
+# The notebook tier first: it is the longest file (the whole FAST pipeline), so with `make test`'s two workers
+# (pytest-xdist, one file per worker at a time) it starts at once beside the other files. Next, on the other
+# worker, the files that build the real-weights artifacts the notebooks use later (the five symbolic-length
+# builds, the bf16 ones): the notebooks then find them in the shared cache instead of building them on the
+# longest path (xdist hands a worker its next file only when its current one is nearly done).
+FIRST_FILES = ("test_notebooks.py", "test_dynamic_real.py", "test_bf16_real.py")
+
 
 def pytest_collection_modifyitems(config, items):
-    """The notebook tier first: it is the longest file (the whole FAST pipeline), so with `make test`'s two
-    workers (pytest-xdist, one file per worker at a time) it starts at once beside the other files."""
-    items.sort(key=lambda item: item.path.name != "test_notebooks.py")  # stable: the rest keep their order
+    def rank(item):
+        name = item.path.name
+        return FIRST_FILES.index(name) if name in FIRST_FILES else len(FIRST_FILES)
+
+    items.sort(key=rank)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
