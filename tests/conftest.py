@@ -9,7 +9,8 @@ import pytest
 # (pytest-xdist, one file per worker at a time) it starts at once beside the other files. Next, on the other
 # worker, the files that build the real-weights artifacts the notebooks use later (the five symbolic-length
 # builds, the bf16 ones): the notebooks then find them in the shared cache instead of building them on the
-# longest path (xdist hands a worker its next file only when its current one is nearly done).
+# longest path (xdist hands a worker its next file only when its current one is nearly done, in this order
+# with the Makefile's --no-loadscope-reorder; by default it would sort files by their number of tests).
 FIRST_FILES = ("test_notebooks.py", "test_dynamic_real.py", "test_bf16_real.py")
 
 
