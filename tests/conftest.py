@@ -7,13 +7,13 @@ import pytest
 
 # The notebook tier first: it is the longest file (the whole FAST pipeline), so with `make test`'s two workers
 # (pytest-xdist, one file per worker at a time) it starts at once beside the other files. Next, on the other
-# worker, the files that build the real-weights artifacts the notebooks use later (the smallest static buckets,
-# 32 tokens / 64 frames, that notebook 05 profiles and 05 / 07 speak in; the five symbolic-length builds; the
-# bf16 ones), in the order the notebooks need them: the notebooks then find them in the shared cache instead of
-# building them on the
-# longest path (xdist hands a worker its next file only when its current one is nearly done, in this order
-# with the Makefile's --no-loadscope-reorder; by default it would sort files by their number of tests).
-FIRST_FILES = ("test_notebooks.py", "test_bucketed_real.py", "test_dynamic_real.py", "test_bf16_real.py")
+# worker, the files that build the real-weights artifacts the notebooks use later (the five symbolic-length
+# builds, the bf16 ones): the notebooks then find them in the shared cache instead of building them on the
+# longest path (xdist hands a worker its next file only when its current one is nearly
+# done, in this order with the Makefile's --no-loadscope-reorder; by default it sorts files by test count).
+# (test_bucketed_real first as well, for the 32 / 64 buckets notebook 05 profiles, left the notebook path at
+# 882 s and the run 47 s longer: by then the two workers' loads are even.)
+FIRST_FILES = ("test_notebooks.py", "test_dynamic_real.py", "test_bf16_real.py")
 
 
 def pytest_collection_modifyitems(config, items):
