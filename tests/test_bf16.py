@@ -15,10 +15,7 @@ from tvm import relax
 from kokoro_tvm.compiler import bf16
 from kokoro_tvm.compiler.targets import host_target
 
-needs_bf16 = pytest.mark.skipif(
-    not bf16.target_has_bf16(host_target()) or bf16.host_has_bf16() is False,
-    reason="this CPU has no AVX512_BF16",
-)
+needs_bf16 = pytest.mark.skipif(not bf16.host_supports_bf16(), reason="this CPU has no AVX512_BF16")
 
 
 def _bf16_round(a: np.ndarray) -> np.ndarray:

@@ -6,13 +6,12 @@ tests/test_dynamic_real.py)."""
 import numpy as np
 import pytest
 
-from kokoro_tvm.compiler.bf16 import host_has_bf16, target_has_bf16
-from kokoro_tvm.compiler.targets import host_target
+from kokoro_tvm.compiler.bf16 import host_supports_bf16
 from kokoro_tvm.evaluation.parity import compare_text
 
 pytestmark = pytest.mark.real
 
-# the reduced-precision issue's bars against pt.dynamic fp32 (same noise): perceptually the same speech
+# the bf16 build's bars against pt.dynamic fp32 (same noise), NOTES/performance.md: perceptually the same speech
 BF16_PESQ, BF16_STOI = 4.3, 0.99
 # stages computed by float32 components (the duration path, F0N) are the float32 build's, within its bound
 FP32_STAGES, FP32_STAGE_BOUND = ("d_en", "d", "duration_logits", "en", "F0", "N"), 1e-5
@@ -21,9 +20,7 @@ FP32_STAGES, FP32_STAGE_BOUND = ("d_en", "d", "duration_logits", "en", "F0", "N"
 BF16_STAGES, BF16_STAGE_BOUND = ("t_en", "asr"), 3e-3
 
 
-@pytest.mark.skipif(
-    not target_has_bf16(host_target()) or host_has_bf16() is False, reason="this CPU has no AVX512_BF16"
-)
+@pytest.mark.skipif(not host_supports_bf16(), reason="this CPU has no AVX512_BF16")
 def test_bf16_build_keeps_durations_and_sounds_the_same():
     record = compare_text("The birch canoe slid on the smooth planks.", precision="bf16", buckets="dynamic")
     assert record["precision"] == "bf16" and record["durations_equal"]

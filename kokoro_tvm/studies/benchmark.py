@@ -114,7 +114,7 @@ def bench(
     from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
     from kokoro_tvm.reference.noise import ZeroNoise
     from kokoro_tvm.runtime.buckets import parse_buckets
-    from kokoro_tvm.studies.peers import PEERS, make_peers
+    from kokoro_tvm.studies.peers import PEERS, TorchEager, make_peer
     from kokoro_tvm.weights.resolve import load_kmodel
 
     if runs < 1 or warmup < 0 or threads < 1:
@@ -139,23 +139,16 @@ def bench(
     style = pack.style(len(chunk.phonemes))
     set_threads(threads)
     model, info = load_kmodel(weights, dtype=torch.float32)
-    ids = torch.tensor([chunk.padded_ids], dtype=torch.long)
-    ref_s = torch.from_numpy(np.asarray(style, dtype=np.float32).reshape(1, -1))
-
-    def run_torch():
-        with torch.no_grad():
-            return model.forward_with_tokens(ids, ref_s, 1.0)
-
-    audio, _ = run_torch()
-    audio_s = audio.numel() / SAMPLE_RATE
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        run_torch()
+    eager = TorchEager(model)  # the utterance's length and FLOPs, whichever peers are timed
+    audio_s = eager.speak(chunk.padded_ids, style).numel() / SAMPLE_RATE
+    with FlopCounterMode(display=False) as counter:
+        eager.speak(chunk.padded_ids, style)
     gflop = counter.get_total_flops() / 1e9
 
     setup = {}
     for name in peers:  # export / session creation outside the timed region; compile happens in the warm-up
         start = time.perf_counter()
-        setup[name] = make_peers([name], model, info.fingerprint, threads)[name]
+        setup[name] = make_peer(name, model, info.fingerprint, threads)
         setup[name].setup_s = time.perf_counter() - start
 
     compiled = {
@@ -313,8 +306,7 @@ def conv_peak(
     from tvm import relax
 
     from kokoro_tvm.compiled import compile_and_load
-    from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_has_bf16, target_has_bf16
-    from kokoro_tvm.compiler.targets import host_target
+    from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_supports_bf16
 
     set_threads(threads)
     rng = np.random.default_rng(0)
@@ -327,7 +319,7 @@ def conv_peak(
         with bb.dataflow():
             out = bb.emit_output(relax.op.nn.conv1d(xv, wv, padding=padding, dilation=dilation))
         bb.emit_func_output(out)
-    bf16 = target_has_bf16(host_target()) and host_has_bf16() is not False
+    bf16 = host_supports_bf16()
     modules = {"tvm": bb.get(), **({"tvm_bf16": Bf16Convolutions()(bb.get())} if bf16 else {})}
     px, pw = torch.from_numpy(x), torch.from_numpy(w)
     backends = {"torch": lambda: torch.nn.functional.conv1d(px, pw, padding=padding, dilation=dilation)}

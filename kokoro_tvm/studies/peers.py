@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -127,47 +126,55 @@ class OrtFp32:
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
 
-class TorchCompiled:
+def torch_inputs(padded_ids, style: np.ndarray):
+    """`forward_with_tokens`'s token ids [1, T] and style [1, 256] for one utterance."""
+    import torch
+
+    ids = torch.tensor([padded_ids], dtype=torch.long)
+    return ids, torch.from_numpy(np.asarray(style, dtype=np.float32).reshape(1, -1))
+
+
+class TorchEager:
+    """Stock `KModel.forward_with_tokens` in fp32 eager mode."""
+
+    def __init__(self, model):
+        self.forward = model.forward_with_tokens
+
+    def speak(self, padded_ids, style: np.ndarray, speed: float = 1.0):
+        import torch
+
+        with torch.no_grad():
+            return self.forward(*torch_inputs(padded_ids, style), speed)[0]
+
+
+class TorchCompiled(TorchEager):
     """`torch.compile(model.forward_with_tokens)` (inductor). `compile_s` is the first call's time, set by the
     first `speak` (the benchmark's warm-up, outside its timed rounds)."""
 
     def __init__(self, model):
         import torch
 
-        self.model = model
         self.forward = torch.compile(model.forward_with_tokens, dynamic=False)
         self.compile_s: float | None = None
 
     def speak(self, padded_ids, style: np.ndarray, speed: float = 1.0):
-        import torch
-
-        ids = torch.tensor([padded_ids], dtype=torch.long)
-        ref_s = torch.from_numpy(np.asarray(style, dtype=np.float32).reshape(1, -1))
         start = time.perf_counter()
-        with torch.no_grad():
-            audio = self.forward(ids, ref_s, speed)[0]
+        audio = super().speak(padded_ids, style, speed)
         if self.compile_s is None:
             self.compile_s = time.perf_counter() - start
         return audio
 
 
-def make_peers(names, model, fingerprint: str, threads: int) -> dict[str, Callable]:
-    """name -> object with `speak(padded_ids, style, speed)` for each requested peer."""
-    import torch
-
+def make_peer(name: str, model, fingerprint: str, threads: int):
+    """The peer `name` (one of PEERS), an object with `speak(padded_ids, style, speed)`."""
     from kokoro_tvm.studies.ort_int8 import OrtInt8
 
-    class Eager:
-        def speak(self, padded_ids, style, speed=1.0):
-            ids = torch.tensor([padded_ids], dtype=torch.long)
-            ref_s = torch.from_numpy(np.asarray(style, dtype=np.float32).reshape(1, -1))
-            with torch.no_grad():
-                return model.forward_with_tokens(ids, ref_s, speed)[0]
-
     makers = {
-        "torch": Eager,
+        "torch": lambda: TorchEager(model),
         "torch_compile": lambda: TorchCompiled(model),
         "ort_fp32": lambda: OrtFp32(model, fingerprint, threads),
         "ort_int8": lambda: OrtInt8(threads),
     }
-    return {name: makers[name]() for name in names}
+    if name not in makers:
+        raise PeerError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+    return makers[name]()
