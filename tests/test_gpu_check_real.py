@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from kokoro_tvm.components import LENGTH_TILE
 from kokoro_tvm.studies import gpu_check
 
 pytestmark = pytest.mark.real
@@ -55,7 +56,8 @@ def test_the_bundle_records_every_component_call_once(cpu_bundle):
     _, bundle = cpu_bundle
     assert sorted(case["component"] for case in bundle["cases"]) == sorted(NAMES)  # one utterance, one call each
     assert set(bundle["libraries"]) == set(NAMES) and not bundle["symbolic_failures"]
-    assert all(case["tiles"] * 32 == case["length"] for case in bundle["cases"])  # symbolic builds, whole tiles
+    # symbolic builds, whole tiles
+    assert all(case["tiles"] * LENGTH_TILE == case["length"] for case in bundle["cases"])
 
 
 def test_the_runner_needs_only_the_tvm_runtime(cpu_bundle, runner_results):

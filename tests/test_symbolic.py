@@ -38,7 +38,8 @@ def test_nearest_rewrites_are_exact():
 
 
 def test_tile_count():
-    assert [tile_count(n) for n in (1, 32, 33, 512)] == [1, 1, 2, 16]
+    tile = LENGTH_TILE
+    assert [tile_count(n) for n in (1, tile, tile + 1, 512)] == [1, 1, 2, 512 // tile]
     with pytest.raises(ValueError):
         tile_count(0)
 
@@ -164,7 +165,7 @@ def test_one_symbolic_build_runs_every_length(name, symbolic_runners, random_mod
         for g, w in zip(got, want, strict=True):
             # float64 throughout, sums in another order: relative error near 1e-15; 1e-12 leaves room
             assert np.linalg.norm(g - w.numpy()) / np.linalg.norm(w.numpy()) < 1e-12
-    valid, steps = 40, 64  # 40 steps padded to two tiles
+    valid, steps = LENGTH_TILE + 7, 2 * LENGTH_TILE  # a partial second tile, padded to a whole one
     clean = runner(*(x.numpy() for x in _inputs(name, steps, valid, garbage=False)), runner.shape(2))
     dirty = runner(*(x.numpy() for x in _inputs(name, steps, valid, garbage=True)), runner.shape(2))
     scale = 2 if name == "f0n" else 1  # F0 and N come out at twice the frame rate

@@ -111,6 +111,8 @@ def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict
     shape = asdict(spec)
     if not spec.symbolic:
         del shape["symbolic"]  # static keys as before the field existed: their cached artifacts stay valid
+    else:
+        shape["length_tile"] = LENGTH_TILE  # a build for one tile never serves another
     if spec.precision == "full":
         del shape["precision"]  # likewise
     else:

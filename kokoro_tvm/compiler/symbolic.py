@@ -2,11 +2,11 @@
 
 The length axis is exported as `LENGTH_TILE * k` with `k` a torch.export `Dim` (inputs at 2F and 600F as
 `2 * LENGTH_TILE * k` and `600 * LENGTH_TILE * k`: the registry's length relations). Every loop over the
-length then has an extent like `32 * k`, which the CPU schedule rules (kokoro_tvm.compiler.schedule.cpu) can
+length then has an extent like `16 * k`, which the CPU schedule rules (kokoro_tvm.compiler.schedule.cpu) can
 prove divisible by their vector and register tiles for every k, so they tile and vectorize as they do a
 static bucket; the padding a caller adds is at most LENGTH_TILE - 1 steps, masked exactly as in a bucket.
 
-The Relax VM binds a symbolic size only from a plain dimension, never from `32 * k`, so the module gains one
+The Relax VM binds a symbolic size only from a plain dimension, never from `16 * k`, so the module gains one
 input after the user inputs: `tiles`, the shape `(k,)` (`add_tile_count`); a caller passes it with the inputs
 (`tile_count`). Memory planning gets k's upper bound from the `Dim` (`tir_var_upper_bound`).
 
@@ -99,7 +99,7 @@ def export_symbolic(model, shape: SymbolicShape):
 
 def add_tile_count(mod):
     """`main` with one more input after the user inputs, `tiles: R.Shape([k])`, for the symbolic variable
-    that the inputs' shapes only hold as multiples (the VM cannot solve `32 * k` for k). No-op for a module
+    that the inputs' shapes only hold as multiples (the VM cannot solve `16 * k` for k). No-op for a module
     whose input shapes are static or plain variables."""
     import tvm
     from tvm import relax, tirx

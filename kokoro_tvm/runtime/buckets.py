@@ -109,7 +109,7 @@ class DynamicLengths:
             seconds = self.max_frames * SAMPLES_PER_FRAME / SAMPLE_RATE
             raise TooLongError(
                 f"this utterance needs {n_frames} frames; the dynamic build speaks at most {self.max_frames} "
-                f"({seconds:.0f} s) per chunk: use a faster speed, shorter sentences or --buckets bucketed"
+                f"({seconds:g} s) per chunk: use a faster speed, shorter sentences or --buckets bucketed"
             )
         return round_up(n_frames, self.tile)
 

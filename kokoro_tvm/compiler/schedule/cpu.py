@@ -31,6 +31,7 @@ from tvm.s_tir.dlight.cpu import Reduction
 
 from kokoro_tvm.compiler.symbolic import size_analyzer as _analyzer
 from kokoro_tvm.compiler.targets import CPUGeometry, cpu_geometry
+from kokoro_tvm.components import LENGTH_TILE
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +53,10 @@ def _tiles(geometry: CPUGeometry) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 # A symbolic length is compiled as a multiple of a tile (kokoro_tvm.compiler.symbolic): a loop over it has an
-# extent like 32 * k. The rules ask the same questions of it as of a number (does `lanes` divide it? is it at
+# extent like 16 * k. The rules ask the same questions of it as of a number (does `lanes` divide it? is it at
 # least this long?) and answer them by proof for every k >= 1, never by one value; only the choice between two
-# equally valid tile orders looks at a size, and for a symbolic one it uses REPRESENTATIVE_TILES.
-REPRESENTATIVE_TILES = 8  # k = 8: 256 tokens or frames, near the corpus median (NOTES/dynamic_shapes.md)
+# equally valid tile orders looks at a size, and for a symbolic one it uses REPRESENTATIVE_LENGTH.
+REPRESENTATIVE_LENGTH = 256  # tokens or frames, near the corpus median (NOTES/dynamic_shapes.md)
 
 
 def _extent(sch: s_tir.Schedule, loop):
@@ -79,12 +80,12 @@ def _at_least(extent, bound: int) -> bool:
 
 
 def _representative(extent) -> int:
-    """A static extent itself; a symbolic one at REPRESENTATIVE_TILES tiles."""
+    """A static extent itself; a symbolic one at REPRESENTATIVE_LENGTH (its tile count bound to that length's)."""
     if isinstance(extent, int):
         return extent
     analyzer = sym.Analyzer()
     for var in tirx.analysis.undefined_vars(extent):
-        analyzer.bind(var, tirx.IntImm(str(var.ty), REPRESENTATIVE_TILES))
+        analyzer.bind(var, tirx.IntImm(str(var.ty), REPRESENTATIVE_LENGTH // LENGTH_TILE))
     return int(analyzer.simplify(extent))
 
 
