@@ -1,5 +1,5 @@
 """Symbolic-length builds (kokoro_tvm.compiler.symbolic): the export rewrites keep PyTorch's values, the CPU
-schedule rules tile a `32 * k` extent, and one float64 build runs several lengths like PyTorch, with garbage
+schedule rules tile a `16 * k` extent, and one float64 build runs several lengths like PyTorch, with garbage
 in the padded tail invisible. Random weights, float64; each symbolic artifact is built once per module."""
 
 from __future__ import annotations
@@ -35,6 +35,18 @@ def test_nearest_rewrites_are_exact():
     x = torch.randn(2, 3, 50, dtype=torch.float64)
     assert torch.equal(nearest_repeat(x, 300), F.interpolate(x, scale_factor=300, mode="nearest"))
     assert torch.equal(nearest_repeat(x, 2), F.interpolate(x, scale_factor=2, mode="nearest"))
+
+
+def test_alignment_pad_is_one_number_for_every_tile_count():
+    """A conv output of 16k + c steps is padded to whole column tiles by the same number of steps for every k:
+    to a multiple of 16 (to 32 it would depend on k's parity); 320k + c (a generator stage) reaches 32."""
+    import tvm
+
+    from kokoro_tvm.compiler.passes import alignment_pad
+
+    k = tvm.tirx.Var("k", "int64")
+    assert [alignment_pad(16 * k + c) for c in (0, 4, 15)] == [0, 12, 1]
+    assert alignment_pad(320 * k + 1) == 31 and alignment_pad(100) == 28
 
 
 def test_tile_count():

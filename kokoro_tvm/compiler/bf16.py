@@ -37,12 +37,11 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler.passes import (
-    ALIGN,
     _rewriting_pass,
     _SineRewriter,
+    alignment_pad,
     parameter_names,
     slice_last_axis,
-    static_value,
 )
 
 # Bump when the bf16 rewrite or kernel changes what a bf16 build computes or how (part of bf16 artifacts' keys
@@ -274,7 +273,7 @@ class _Bf16ConvRewriter(PyExprMutator):
         (dilation,) = (int(v) for v in attrs.dilation)
         x, w = call.args
         length = x.ty.shape[2] + left + right - dilation * (int(w.ty.shape[2]) - 1)
-        extra = static_value(-length % ALIGN)  # whole column tiles, as AlignConvLengths does for fp32 convs
+        extra = alignment_pad(length)  # whole column tiles, as AlignConvLengths does for fp32 convs
         words = self.builder_.emit_te(_pack_activation, x, left, right + extra, primfunc_name_hint="bf16_pack_x")
         n, half, padded = words.ty.shape
         xq = self.builder_.emit(relax.op.memory.view(words, relax.ShapeExpr([n, half, padded, 2]), "uint16"))

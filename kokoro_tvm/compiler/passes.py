@@ -58,6 +58,19 @@ def static_value(expr) -> int | None:
     return int(simplified) if isinstance(simplified, tvm.tirx.IntImm) else None
 
 
+def alignment_pad(length, align: int = ALIGN) -> int:
+    """Steps to add to a conv's output `length` so it is a whole number of `align`-step column tiles. For a
+    symbolic length the pad must be one number for every tile count: `16k` needs a different pad to reach a
+    multiple of 32 for odd and even k, so the tile is halved until the pad is a number (`16k + c` has one to
+    a multiple of 16, the column tile of one AVX-512 float32 vector)."""
+    while align > 1:
+        extra = static_value(-length % align)
+        if extra is not None:
+            return extra
+        align //= 2
+    return 0
+
+
 def slice_last_axis(x, begin, end):
     """x[..., begin:end] on the last axis, bounds known to be in range (no clamping terms in a symbolic
     length: they would leave shapes the later passes cannot match)."""
@@ -89,7 +102,7 @@ class _ConvRewriter(PyExprMutator):
         (stride,), (dilation,) = _ints(attrs.strides), _ints(attrs.dilation)
         left, right = _ints(attrs.padding)
         length = (x_shape[2] + left + right - dilation * (w_shape[2] - 1) - 1) // stride + 1
-        extra = static_value(-length % self.align)  # a symbolic length 32k + c: the same for every k
+        extra = alignment_pad(length, self.align)
         if not extra:
             return None
         wide = self.builder_.emit(
