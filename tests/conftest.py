@@ -16,6 +16,22 @@ import pytest
 FIRST_FILES = ("test_notebooks.py", "test_dynamic_real.py", "test_bf16_real.py")
 
 
+def _share_the_cores():
+    """With several pytest-xdist workers, each worker and every process it starts (notebook kernels, CLI
+    subprocesses) gets its share of the CPUs for torch's OpenMP pool and TVM's pool, unless set already. Two
+    workers each running 2-thread pools on 2 cores oversubscribe them: both pools spin at every parallel region
+    waiting for a thread the other process holds, and small PyTorch ops run many times slower (tests time
+    nothing; `bench` and notebook 08 set their own thread counts)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        share = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        for variable in ("OMP_NUM_THREADS", "TVM_NUM_THREADS"):
+            os.environ.setdefault(variable, share)
+
+
+_share_the_cores()  # at import, before any test module imports torch or TVM
+
+
 def pytest_collection_modifyitems(config, items):
     def rank(item):
         name = item.path.name
