@@ -7,6 +7,7 @@ import pytest
 
 from kokoro_tvm.evaluation.metrics import (
     LOG_FLOOR,
+    PESQ_WINDOW_SECONDS,
     correlation,
     f0_metrics,
     f0_track,
@@ -14,6 +15,8 @@ from kokoro_tvm.evaluation.metrics import (
     log_mel_l1,
     mel_cepstral_distortion,
     mel_filterbank,
+    pesq_wb,
+    pesq_windows,
 )
 
 RATE = 24_000
@@ -93,3 +96,19 @@ def test_transcripts_and_references_compare_as_spoken_words(text, expected):
     from kokoro_tvm.evaluation.asr import words
 
     assert " ".join(words(text)) == expected
+
+
+def test_pesq_scores_audio_past_the_c_limit_by_its_worst_window():
+    # 130 s: past the length at which the pesq C code crashes the process (see PESQ_WINDOW_SECONDS). Noise is
+    # added to the last window only, so the score must be that window's and below the clean first window's.
+    x, t, _ = _gliding_tone(seconds=130.0, silence_s=0.0)
+    x = x * np.abs(np.sin(2 * np.pi * 2 * t))  # syllable-like bursts, so PESQ finds speech activity
+    windows = pesq_windows(len(x), RATE)
+    assert len(windows) == 3 and windows[0].start == 0 and windows[-1].stop == len(x)
+    assert all(a.stop == b.start for a, b in zip(windows[:-1], windows[1:], strict=True))
+    assert max(w.stop - w.start for w in windows) <= PESQ_WINDOW_SECONDS * RATE
+    noisy = x.copy()
+    noisy[windows[-1]] += 0.05 * np.random.default_rng(0).standard_normal(windows[-1].stop - windows[-1].start)
+    first, last = (pesq_wb(x[w], noisy[w], RATE) for w in (windows[0], windows[-1]))
+    assert last < first - 0.5  # clean scores the ceiling (about 4.6); this much noise costs well over half a point
+    assert pesq_wb(x, noisy, RATE) == last
