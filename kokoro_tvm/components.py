@@ -170,11 +170,12 @@ TOKEN_COMPONENTS = on_axis(TOKENS)
 FRAME_COMPONENTS = on_axis(FRAMES)
 
 # Symbolic-length builds (kokoro_tvm.compiler.symbolic; `--buckets dynamic`): one build per component takes
-# every length that is a whole number of LENGTH_TILE steps, up to the axis's largest. The tile is the CPU conv
-# kernel's column tile (16 float32 lanes on AVX-512, two vectors on AVX2) and the row tile's largest choice, so
-# every split the schedule rules make divides. 16 rather than 32 halves the padding (at most 15 masked steps):
-# on 20 corpus sentences 0.90x the bucket set's time against 0.93x with 32 (NOTES/dynamic_shapes.md).
-LENGTH_TILE = 16
+# every length that is a whole number of LENGTH_TILE steps, up to the axis's largest. 8 steps: at most 7 masked
+# steps of padding. The conv kernels' column tile is 16 float32 lanes (one AVX-512 vector) where 16 divides the
+# length and 8 (a ymm register, the same FLOP rate on Zen 4) where only 8 does: the frame-rate convs at an odd
+# tile count; everything upsampled from the frames is a multiple of 16 anyway. On 20 corpus sentences 0.88x
+# the bucket set's time, against 0.90x with 16-step tiles and 0.93x with 32 (NOTES/dynamic_shapes.md).
+LENGTH_TILE = 8
 SYMBOLIC_MAX_LENGTH = {
     TOKENS: MAX_POSITIONS,  # one utterance's tokens, pads included (ALBERT's positions)
     FRAMES: 5120,  # 128 s of audio (600 samples a frame); the longest the float64 parity checks cover

@@ -105,17 +105,22 @@ def test_the_kernel_is_vdpbf16ps_with_the_tile_in_registers(bf16_conv):
 
 
 @needs_bf16
-def test_a_symbolic_length_bf16_conv_runs_every_tile_count():
+@pytest.mark.parametrize("tile", [32, 8])  # 8k steps: 8 columns, the ymm form of the step (odd k included)
+def test_a_symbolic_length_bf16_conv_runs_every_tile_count(tile):
     from kokoro_tvm.compiler.pipeline import compile_relax
 
     k = tvm.tirx.Var("k", "int64")
-    mod = bf16.Bf16Convolutions()(_conv_module(16, 16, 3, 1, k * 32))
-    vm = relax.VirtualMachine(compile_relax(mod, host_target()), tvm.cpu())
+    mod = bf16.Bf16Convolutions()(_conv_module(16, 16, 3, 1, k * tile))
+    executable = compile_relax(mod, host_target())
+    asm = "\n".join(m.inspect_source("asm") for m in executable.mod.imports)
+    register = "ymm" if tile % bf16.LANES else "zmm"
+    assert re.search(rf"vdpbf16ps\s.*%{register}", asm)
+    vm = relax.VirtualMachine(executable, tvm.cpu())
     rng = np.random.default_rng(2)
     w = rng.standard_normal((16, 16, 3)).astype(np.float32)
     b = np.zeros((1, 16, 1), np.float32)
     for tiles in (1, 3):
-        x = rng.standard_normal((1, 16, 32 * tiles)).astype(np.float32)
+        x = rng.standard_normal((1, 16, tile * tiles)).astype(np.float32)
         got = vm["main"](*[tvm.runtime.tensor(a) for a in (x, w, b)], tvm.runtime.ShapeTuple([tiles])).numpy()
         exact = _reference(_bf16_round(x), _bf16_round(w), b, 1, 3)
         assert got.shape == exact.shape

@@ -57,9 +57,9 @@ def test_bad_bucket_specs_are_clear_errors(spec, message):
         parse_buckets(spec)
 
 
-@pytest.mark.parametrize("n, expected", [(1, 16), (16, 16), (17, 32), (33, 48), (510, 512), (512, 512)])
+@pytest.mark.parametrize("n, expected", [(1, 8), (8, 8), (9, 16), (17, 24), (510, 512), (512, 512)])
 def test_dynamic_lengths_pad_to_a_whole_tile(n, expected):
-    assert LENGTH_TILE == 16  # the expected lengths above are whole 16-step tiles
+    assert LENGTH_TILE == 8  # the expected lengths above are whole 8-step tiles
     dynamic = parse_buckets("dynamic")
     assert isinstance(dynamic, DynamicLengths) and dynamic.symbolic and dynamic.artifacts == 5
     assert dynamic.token_bucket(n) == expected and dynamic.frame_bucket(n) == expected
@@ -131,11 +131,12 @@ def test_every_corpus_sentence_is_speakable_in_one_chunk():
 
 
 def test_dynamic_lengths_pad_less_than_any_bucket_set():
-    # 16-step tiles: tokens 20 -> 32 (cost 20 -> 32), frames 100 -> 112 (cost 1000 -> 1120), 5 artifacts
+    # 8-step tiles: tokens 20 -> 24 (cost 20 -> 24), frames 100 -> 104 (cost 1000 -> 1040), 5 artifacts
     # whatever the corpus
+    assert LENGTH_TILE == 8
     record = evaluate(DynamicLengths(), [{"tokens": 20, "frames": 100}], _linear_flops())
-    assert record["mean_overhead"] == pytest.approx((32 + 1120) / (20 + 1000) - 1, rel=1e-12)
-    assert record["artifacts"] == record["artifacts_used"] == 5 and record["frame_buckets"] == "multiples of 16"
+    assert record["mean_overhead"] == pytest.approx((24 + 1040) / (20 + 1000) - 1, rel=1e-12)
+    assert record["artifacts"] == record["artifacts_used"] == 5 and record["frame_buckets"] == "multiples of 8"
     lengths = [{"tokens": t, "frames": f} for t, f in ((20, 300), (150, 700), (400, 1500))]
     for candidate in CANDIDATES.values():
         assert (

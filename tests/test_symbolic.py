@@ -39,14 +39,15 @@ def test_nearest_rewrites_are_exact():
 
 def test_alignment_pad_is_one_number_for_every_tile_count():
     """A conv output of 16k + c steps is padded to whole column tiles by the same number of steps for every k:
-    to a multiple of 16 (to 32 it would depend on k's parity); 320k + c (a generator stage) reaches 32."""
+    to a multiple of 16 (to 32 it would depend on k's parity); 8k + c to a multiple of 8; 320k + c (a generator
+    stage) reaches 32."""
     import tvm
 
     from kokoro_tvm.compiler.passes import alignment_pad
 
     k = tvm.tirx.Var("k", "int64")
     assert [alignment_pad(16 * k + c) for c in (0, 4, 15)] == [0, 12, 1]
-    assert alignment_pad(320 * k + 1) == 31 and alignment_pad(100) == 28
+    assert alignment_pad(8 * k + 3) == 5 and alignment_pad(320 * k + 1) == 31 and alignment_pad(100) == 28
 
 
 def test_tile_count():
@@ -118,6 +119,41 @@ def test_conv_rule_tiles_a_symbolic_length():
         padded = F.pad(torch.from_numpy(data).double(), (2, 34))
         want = F.conv1d(padded, torch.from_numpy(weight).double()).numpy()
         # float32 sums of 320 products in another order than float64: relative error of a few 1e-7
+        assert np.linalg.norm(got.numpy() - want) / np.linalg.norm(want) < 1e-6
+
+
+def test_conv_rule_tiles_an_8k_length_in_half_vectors():
+    """A frame-rate conv of a symbolic build runs over 8k steps, odd k included: 16-lane vectors do not divide
+    that, so Contraction takes 8-column tiles (ymm registers on AVX-512) instead of leaving the kernel to the
+    default schedule, a plain loop (the decoder took 4.4 s at 168 frames that way, 1.1 s tiled)."""
+    from tvm import relax, tirx
+
+    from kokoro_tvm.compiled import compile_and_load
+    from kokoro_tvm.compiler.pipeline import lower
+    from kokoro_tvm.compiler.targets import host_target
+
+    k = tirx.Var("k", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([1, 64, 8 * k], "float32"))
+    tiles = relax.Var("tiles", relax.ShapeType([k]))
+    w = relax.Var("w", relax.TensorType([64, 64, 3], "float32"))
+    with bb.function("main", [x, tiles, w]):
+        with bb.dataflow():
+            y = bb.emit_output(bb.emit(relax.op.nn.conv1d(x, w, padding=(1, 1))))
+        bb.emit_func_output(y)
+    lowered = lower(bb.get(), host_target(), {})
+    conv = next(f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc) and "conv" in gv.name_hint)
+    script = conv.script()
+    assert "T.parallel" in script and "T.vectorized" in script
+    _assert_accumulators_stay_in_registers(bb.get())
+    runner = compile_and_load(bb.get())
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 64, 3)).astype(np.float32)
+    for steps in (8, 24):
+        data = rng.standard_normal((1, 64, steps)).astype(np.float32)
+        got = runner.vm["main"](*runner.device_inputs(data), runner.shape(steps // 8), *runner.device_inputs(weight))
+        want = F.conv1d(F.pad(torch.from_numpy(data).double(), (1, 1)), torch.from_numpy(weight).double()).numpy()
+        # float32 sums of 192 products in another order than float64: relative error of a few 1e-7
         assert np.linalg.norm(got.numpy() - want) / np.linalg.norm(want) < 1e-6
 
 

@@ -46,21 +46,30 @@ from kokoro_tvm.compiler.passes import (
 
 # Bump when the bf16 rewrite or kernel changes what a bf16 build computes or how (part of bf16 artifacts' keys
 # only: float32 and float64 artifacts stay valid). 2: operands passed by value (the tile stays in registers);
-# 3: activations packed as uint32 words (vectorized), Snake in float32.
-KERNEL_VERSION = 3
-INTRIN = "kokoro_dpbf16ps_16x2"
+# 3: activations packed as uint32 words (vectorized), Snake in float32; 4: an 8-lane (ymm) step for convs over a
+# symbolic length of 8k steps.
+KERNEL_VERSION = 4
+INTRIN = "kokoro_dpbf16ps_{lanes}x2"
 LANES = 16  # float32 lanes of one zmm register
-EXTERN = "kokoro_dpbf16ps"
+HALF_LANES = 8  # one ymm register (AVX512_BF16 with AVX512VL): the column tile of a length that is 8k, not 16k
+EXTERN = "kokoro_dpbf16ps{lanes}"
 
-LLVM_KERNEL = f"""
-define internal <16 x float> @{EXTERN}(<16 x float> %acc, <16 x i32> %av, <16 x i32> %bv) alwaysinline {{
-  %ab = bitcast <16 x i32> %av to <32 x bfloat>
-  %bb = bitcast <16 x i32> %bv to <32 x bfloat>
-  %r = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc, <32 x bfloat> %ab, <32 x bfloat> %bb)
-  ret <16 x float> %r
+
+def _llvm_kernel(lanes: int) -> str:
+    """`kokoro_dpbf16ps{lanes}`: acc += pairs . weight pair, per lane (vdpbf16ps on a zmm or ymm register)."""
+    f, p, intrinsic = f"<{lanes} x float>", f"<{2 * lanes} x bfloat>", f"@llvm.x86.avx512bf16.dpbf16ps.{32 * lanes}"
+    return f"""
+define internal {f} @{EXTERN.format(lanes=lanes)}({f} %acc, <{lanes} x i32> %av, <{lanes} x i32> %bv) alwaysinline {{
+  %ab = bitcast <{lanes} x i32> %av to {p}
+  %bb = bitcast <{lanes} x i32> %bv to {p}
+  %r = call {f} {intrinsic}({f} %acc, {p} %ab, {p} %bb)
+  ret {f} %r
 }}
-declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+declare {f} {intrinsic}({f}, {p}, {p})
 """
+
+
+LLVM_KERNEL = _llvm_kernel(LANES) + _llvm_kernel(HALF_LANES)
 
 
 class Bf16Unsupported(ValueError):
@@ -131,42 +140,53 @@ def to_bf16_bits(value):
     return tirx.shift_right(rounded, tirx.const(16, "uint32")).astype("uint16")
 
 
-@T.prim_func(s_tir=True)
-def _dot_desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-    A = T.match_buffer(a, (16, 2), "uint16", offset_factor=1)
-    B = T.match_buffer(b, (2,), "uint16", offset_factor=1)
-    C = T.match_buffer(c, (16,), "float32", offset_factor=1, scope="local")
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:16, 0:2], B[0:2])
-        T.writes(C[0:16])
-        for i, k in T.grid(16, 2):
-            with T.sblock("update"):
-                vi, vk = T.axis.remap("SR", [i, k])
-                C[vi] = C[vi] + T.reinterpret(
-                    "float32", T.shift_left(T.Cast("uint32", A[vi, vk]), T.uint32(16))
-                ) * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[vk]), T.uint32(16)))
+def _dot(lanes: int):
+    """The (`lanes` columns x 1 channel pair) step: its description and its vdpbf16ps implementation."""
+    pair_lanes, vector, words, extern = (
+        f"uint16x{2 * lanes}",
+        f"float32x{lanes}",
+        f"int32x{lanes}",
+        EXTERN.format(lanes=lanes),
+    )
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (lanes, 2), "uint16", offset_factor=1)
+        B = T.match_buffer(b, (2,), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "float32", offset_factor=1, scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:lanes, 0:2], B[0:2])
+            T.writes(C[0:lanes])
+            for i, k in T.grid(lanes, 2):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.reinterpret(
+                        "float32", T.shift_left(T.Cast("uint32", A[vi, vk]), T.uint32(16))
+                    ) * T.reinterpret("float32", T.shift_left(T.Cast("uint32", B[vk]), T.uint32(16)))
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (lanes, 2), "uint16", offset_factor=1)
+        B = T.match_buffer(b, (2,), "uint16", offset_factor=1)
+        C = T.match_buffer(c, (lanes,), "float32", offset_factor=1, scope="local")
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:lanes, 0:2], B[0:2])
+            T.writes(C[0:lanes])
+            pairs = T.reinterpret(words, A.vload([0, 0], pair_lanes))  # lanes x (channel c, c + 1)
+            weight = T.broadcast(T.reinterpret("int32", B.vload([0], "uint16x2")), lanes)  # one pair, every lane
+            C[T.ramp(0, 1, lanes)] = T.call_pure_extern(vector, extern, C.vload([0], vector), pairs, weight)
+
+    return desc, impl
 
 
-@T.prim_func(s_tir=True)
-def _dot_impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-    A = T.match_buffer(a, (16, 2), "uint16", offset_factor=1)
-    B = T.match_buffer(b, (2,), "uint16", offset_factor=1)
-    C = T.match_buffer(c, (16,), "float32", offset_factor=1, scope="local")
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:16, 0:2], B[0:2])
-        T.writes(C[0:16])
-        pairs = T.reinterpret("int32x16", A.vload([0, 0], "uint16x32"))  # 16 lanes x (channel c, c + 1)
-        weight = T.broadcast(T.reinterpret("int32", B.vload([0], "uint16x2")), 16)  # one pair, every lane
-        C[T.ramp(0, 1, 16)] = T.call_pure_extern("float32x16", EXTERN, C.vload([0], "float32x16"), pairs, weight)
-
-
-def register_intrinsic() -> str:
-    """Register DPBF16PS_16x2 with TVM once per process; returns its name."""
+def register_intrinsic(lanes: int = LANES) -> str:
+    """Register the (`lanes` x 2) vdpbf16ps step (16: zmm, 8: ymm) with TVM once per process; returns its name."""
     from tvm import s_tir
 
-    if s_tir.TensorIntrin.get(INTRIN, allow_missing=True) is None:
-        s_tir.TensorIntrin.register(INTRIN, _dot_desc, _dot_impl)
-    return INTRIN
+    name = INTRIN.format(lanes=lanes)
+    if s_tir.TensorIntrin.get(name, allow_missing=True) is None:
+        s_tir.TensorIntrin.register(name, *_dot(lanes))
+    return name
 
 
 def import_kernel(func: tirx.PrimFunc) -> tirx.PrimFunc:

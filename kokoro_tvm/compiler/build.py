@@ -41,11 +41,12 @@ from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops or converters change what a build computes.
+# recipe 23: columns of 8k steps in half-width vectors (8-step symbolic tiles)
 # recipe 22: symbolic builds: tile buffers compacted to a fixed size, the VM's shape function marked noalias
 # recipe 21: ALBERT position ids explicit, nearest x2 and SineGen interpolation as gathers (same values)
 # recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
 # by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
-RECIPE_VERSION = "22-symbolic-runtime"
+RECIPE_VERSION = "23-half-vectors"
 
 
 @dataclass(frozen=True)

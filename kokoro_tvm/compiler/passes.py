@@ -62,7 +62,7 @@ def alignment_pad(length, align: int = ALIGN) -> int:
     """Steps to add to a conv's output `length` so it is a whole number of `align`-step column tiles. For a
     symbolic length the pad must be one number for every tile count: `16k` needs a different pad to reach a
     multiple of 32 for odd and even k, so the tile is halved until the pad is a number (`16k + c` has one to
-    a multiple of 16, the column tile of one AVX-512 float32 vector)."""
+    a multiple of 16, the column tile of one AVX-512 float32 vector; `8k + c` to a multiple of 8, half one)."""
     while align > 1:
         extra = static_value(-length % align)
         if extra is not None:

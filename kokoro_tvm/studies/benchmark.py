@@ -7,7 +7,7 @@ rounds, with the spread (min, max) of the timed rounds.
   warm-up round (its seconds: `peers[...]["setup_s"]`), so `warmup` must be >= 1 with it. `tvm_vs[peer]` is the
   peer's median over TVM's; `torch_s`, `ort_int8_s`, `tvm_vs_torch`, `tvm_vs_ort` stay for those two peers.
 - tvm: `TVMKokoro.run_stages` with the shapes `say --backend tvm` uses (default: the symbolic-length builds,
-  padding to whole 16-step tiles included in the time), the chosen bucket set (`buckets="bucketed"`) or at exact lengths
+  padding to whole 8-step tiles included in the time), the chosen bucket set (`buckets="bucketed"`) or at exact lengths
   (`buckets="exact"`), host steps included, TVM's pool set to `threads`. Several policies, comma-separated
   (`"dynamic,bucketed,exact"`), are all timed in the same rounds: `tvm_s` is the first, `tvm_policies` has each
   one's median, spread and shapes. `precisions="fp32,bf16"` adds TVM's bf16 build (kokoro_tvm.compiler.bf16) to

@@ -129,6 +129,8 @@ def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
         sch.vectorize(inner)
     elif _divides(lanes, ext):
         sch.vectorize(sch.split(inner, [None, lanes])[1])
+    elif _divides(lanes // 2, ext):  # 8k steps: half-width vectors (see Contraction)
+        sch.vectorize(sch.split(inner, [None, lanes // 2])[1])
 
 
 def _elementwise_loops(sch: s_tir.Schedule, block, lanes: int) -> None:
@@ -323,6 +325,11 @@ class Contraction(_CPURule):
         cols = vectors * lanes
         while cols > lanes and not _divides(cols, col_extent):
             cols //= 2
+        if not _divides(cols, col_extent) and _divides(lanes // 2, col_extent):
+            # a length of 8k steps (the frame-rate convs of a symbolic build): half-width vectors, which this
+            # CPU issues at the same FLOP rate (Zen 4 runs a 512-bit FMA as two 256-bit halves); the decoder
+            # at 168 frames took 1.13 s, between its 1.10 s at 160 and 1.20 s at 176 (NOTES/dynamic_shapes.md)
+            cols = lanes // 2
         if not _divides(cols, col_extent):
             return None  # a ragged vector axis would scalarize the whole kernel
         rows = next(r for r in ROW_CHOICES if _divides(r, row_extent) and r <= max_rows)
@@ -371,9 +378,7 @@ class Contraction(_CPURule):
                 first, second = (col_o, row_o) if only_cols_static else (row_o, col_o)
                 sch.reorder(*outer, first, second, *reduce, row_i, col_i, *([pair] if pairs else []))
                 # the leading static loops (both tile loops symbolic, as attention scores T x T: the outer ones)
-                parallel = list(
-                    itertools.takewhile(lambda loop: isinstance(_extent(sch, loop), int), [*outer, first])
-                )
+                parallel = list(itertools.takewhile(lambda loop: isinstance(_extent(sch, loop), int), [*outer, first]))
                 if parallel:
                     sch.parallel(sch.fuse(*parallel) if len(parallel) > 1 else parallel[0])
             anchor = second
@@ -401,7 +406,7 @@ class Contraction(_CPURule):
             vectors = sch.split(col_i, [None, LANES]) if cols > LANES else [col_i]
             if len(vectors) > 1:
                 sch.unroll(vectors[0])
-            sch.tensorize(vectors[-1], register_intrinsic())
+            sch.tensorize(vectors[-1], register_intrinsic(min(cols, LANES)))  # 8 columns: the ymm step
         for producer in producers:
             _elementwise_loops(sch, producer.block_rv, lanes)
         return sch
