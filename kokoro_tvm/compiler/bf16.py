@@ -14,12 +14,13 @@ exact in float32 and only the operand rounding (8 significant bits) differs from
 
 TVM 0.27 cannot carry a `bfloat16` value to LLVM (its code generation crashes on a bf16 vector once the bf16
 legalization passes ran), so the packed buffers are uint16 bit patterns and the instruction lives in a few lines
-of LLVM IR that the kernel imports (`pragma_import_llvm`): `kokoro_dpbf16ps(acc, a, b)` takes the operands as
+of LLVM IR that the kernel imports (`pragma_import_llvm`): `kokoro_dpbf16ps16(acc, a, b)` takes the operands as
 int32 vectors (bf16 pairs), bitcasts them to bf16 and returns `vdpbf16ps(acc, a, b)`; LLVM inlines it. Values,
 not pointers: an earlier version passed the operands' addresses, and the accumulator tile then stayed in memory
 (a store after every vdpbf16ps, the input reloaded: 78 GFLOP/s where the fp32 kernel runs at 200). The tensor intrinsic
-`DPBF16PS_16x2` (16 lanes x one channel pair) is what the CPU Contraction rule tensorizes the kernel's innermost
-loops with (kokoro_tvm.compiler.schedule.cpu).
+`kokoro_dpbf16ps_16x2` (16 lanes x one channel pair) is what the CPU Contraction rule tensorizes the kernel's
+innermost loops with (kokoro_tvm.compiler.schedule.cpu); `kokoro_dpbf16ps_8x2` (`kokoro_dpbf16ps8`, a ymm
+register) where a symbolic length is 8k steps and 16 columns do not divide it.
 
 `Bf16Convolutions(select)` rewrites the float32 conv1d calls whose weight parameters `select` accepts; which ones
 is the registry's `BF16_CONVOLUTIONS` (kokoro_tvm.components), set by a measured error budget
@@ -190,7 +191,7 @@ def register_intrinsic(lanes: int = LANES) -> str:
 
 
 def import_kernel(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """`func` with the LLVM IR of `kokoro_dpbf16ps` attached, so its code generation links and inlines it."""
+    """`func` with the LLVM IR of the `kokoro_dpbf16ps*` steps attached, so its code generation links and inlines it."""
     return func.with_body(tirx.AttrStmt(0, "pragma_import_llvm", tvm.ir.StringImm(LLVM_KERNEL), func.body))
 
 

@@ -337,7 +337,7 @@ class Contraction(_CPURule):
         # the row operand (conv weights) is the larger one: then walk the columns of one row slab
         rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
         # bf16 pairs (kokoro_tvm.compiler.bf16): the channel-pair axis goes innermost, under the column vector,
-        # and the (16 columns x 1 pair) step becomes one vdpbf16ps
+        # and the (16 columns x 1 pair) step becomes one vdpbf16ps (8 columns: its ymm form)
         pairs = _bf16_pairs(sch, main.block_rv, reduce, lanes)
         if pairs:
             *reduce, pair = reduce
