@@ -173,7 +173,7 @@ FRAME_COMPONENTS = on_axis(FRAMES)
 # every length that is a whole number of LENGTH_TILE steps, up to the axis's largest. 8 steps: at most 7 masked
 # steps of padding. The conv kernels' column tile is 16 float32 lanes (one AVX-512 vector) where 16 divides the
 # length and 8 (a ymm register, the same FLOP rate on Zen 4) where only 8 does: the frame-rate convs at an odd
-# tile count; everything upsampled from the frames is a multiple of 16 anyway. On 20 corpus sentences 0.88x
+# tile count; everything upsampled from the frames is a multiple of 16 anyway. On 20 corpus sentences 0.88-0.89x
 # the bucket set's time, against 0.90x with 16-step tiles and 0.93x with 32 (NOTES/dynamic_shapes.md).
 LENGTH_TILE = 8
 SYMBOLIC_MAX_LENGTH = {
