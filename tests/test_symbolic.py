@@ -75,21 +75,29 @@ def _assert_accumulators_stay_in_registers(mod):
     assert not stores, stores[:3]
 
 
-def test_conv_rule_tiles_a_symbolic_length():
-    """A conv over 32 * k + 32 output steps (a padded generator stage has that form): Contraction takes it
-    (proved divisible for every k) and it runs right."""
+@pytest.mark.parametrize(
+    "tile, taps, padding",
+    [
+        (32, 5, (2, 34)),  # 32k + 32 output steps: a padded generator stage has that form
+        (8, 3, (1, 1)),  # 8k steps, odd k included: a frame-rate conv, which 16-lane vectors do not divide
+    ],
+)
+def test_conv_rule_tiles_a_symbolic_length(tile, taps, padding):
+    """Contraction takes a conv over a symbolic length (proved divisible for every k) and it runs right. Over 8k
+    steps it takes 8-column tiles (ymm registers on AVX-512) instead of leaving the kernel to the default
+    schedule, a plain loop (the decoder took 4.4 s at 168 frames that way, 1.1 s tiled)."""
     from tvm import relax, tirx
 
     from kokoro_tvm.compiled import compile_and_load
 
     k = tirx.Var("k", "int64")
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1, 64, 32 * k], "float32"))
+    x = relax.Var("x", relax.TensorType([1, 64, tile * k], "float32"))
     tiles = relax.Var("tiles", relax.ShapeType([k]))
-    w = relax.Var("w", relax.TensorType([64, 64, 5], "float32"))
+    w = relax.Var("w", relax.TensorType([64, 64, taps], "float32"))
     with bb.function("main", [x, tiles, w]):
         with bb.dataflow():
-            y = bb.emit_output(bb.emit(relax.op.nn.conv1d(x, w, padding=(2, 34))))
+            y = bb.emit_output(bb.emit(relax.op.nn.conv1d(x, w, padding=padding)))
         bb.emit_func_output(y)
     coverage: dict = {}
     from kokoro_tvm.compiler.pipeline import lower
@@ -110,50 +118,14 @@ def test_conv_rule_tiles_a_symbolic_length():
     assert any(gv.name_hint == "shape_func" for gv, _ in lowered.functions_items())
     assert all(f.attrs and f.attrs.get("tirx.noalias") for f in funcs)
     rng = np.random.default_rng(0)
-    weight = rng.standard_normal((64, 64, 5)).astype(np.float32)
+    weight = rng.standard_normal((64, 64, taps)).astype(np.float32)
     _assert_accumulators_stay_in_registers(bb.get())
     runner = compile_and_load(bb.get())
-    for steps in (32, 96):
+    for steps in (tile, 3 * tile):
         data = rng.standard_normal((1, 64, steps)).astype(np.float32)
-        got = runner.vm["main"](*runner.device_inputs(data), runner.shape(steps // 32), *runner.device_inputs(weight))
-        padded = F.pad(torch.from_numpy(data).double(), (2, 34))
-        want = F.conv1d(padded, torch.from_numpy(weight).double()).numpy()
-        # float32 sums of 320 products in another order than float64: relative error of a few 1e-7
-        assert np.linalg.norm(got.numpy() - want) / np.linalg.norm(want) < 1e-6
-
-
-def test_conv_rule_tiles_an_8k_length_in_half_vectors():
-    """A frame-rate conv of a symbolic build runs over 8k steps, odd k included: 16-lane vectors do not divide
-    that, so Contraction takes 8-column tiles (ymm registers on AVX-512) instead of leaving the kernel to the
-    default schedule, a plain loop (the decoder took 4.4 s at 168 frames that way, 1.1 s tiled)."""
-    from tvm import relax, tirx
-
-    from kokoro_tvm.compiled import compile_and_load
-    from kokoro_tvm.compiler.pipeline import lower
-    from kokoro_tvm.compiler.targets import host_target
-
-    k = tirx.Var("k", "int64")
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([1, 64, 8 * k], "float32"))
-    tiles = relax.Var("tiles", relax.ShapeType([k]))
-    w = relax.Var("w", relax.TensorType([64, 64, 3], "float32"))
-    with bb.function("main", [x, tiles, w]):
-        with bb.dataflow():
-            y = bb.emit_output(bb.emit(relax.op.nn.conv1d(x, w, padding=(1, 1))))
-        bb.emit_func_output(y)
-    lowered = lower(bb.get(), host_target(), {})
-    conv = next(f for gv, f in lowered.functions_items() if isinstance(f, tirx.PrimFunc) and "conv" in gv.name_hint)
-    script = conv.script()
-    assert "T.parallel" in script and "T.vectorized" in script
-    _assert_accumulators_stay_in_registers(bb.get())
-    runner = compile_and_load(bb.get())
-    rng = np.random.default_rng(0)
-    weight = rng.standard_normal((64, 64, 3)).astype(np.float32)
-    for steps in (8, 24):
-        data = rng.standard_normal((1, 64, steps)).astype(np.float32)
-        got = runner.vm["main"](*runner.device_inputs(data), runner.shape(steps // 8), *runner.device_inputs(weight))
-        want = F.conv1d(F.pad(torch.from_numpy(data).double(), (1, 1)), torch.from_numpy(weight).double()).numpy()
-        # float32 sums of 192 products in another order than float64: relative error of a few 1e-7
+        got = runner.vm["main"](*runner.device_inputs(data), runner.shape(steps // tile), *runner.device_inputs(weight))
+        want = F.conv1d(F.pad(torch.from_numpy(data).double(), padding), torch.from_numpy(weight).double()).numpy()
+        # float32 sums of 64 x taps products in another order than float64: relative error of a few 1e-7
         assert np.linalg.norm(got.numpy() - want) / np.linalg.norm(want) < 1e-6
 
 
