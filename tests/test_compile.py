@@ -13,7 +13,7 @@ import torch
 from random_builds import RANDOM_FINGERPRINT, bucket
 
 from kokoro_tvm.artifacts import Artifact, file_sha256
-from kokoro_tvm.compiler.build import BuildSpec, build
+from kokoro_tvm.compiler.build import BuildSpec, build, build_source_digest
 from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
 from kokoro_tvm.compiler.patches import export_patches
 from kokoro_tvm.compiler.targets import host_target
@@ -39,6 +39,29 @@ def test_component_float64_matches_torch(component, unit_cache, random_model64):
         assert np.linalg.norm(g - e) / np.linalg.norm(e) < 1e-10
 
 
+def test_build_source_digest_follows_every_build_source_file(tmp_path):
+    (tmp_path / "compiler" / "schedule").mkdir(parents=True)
+    (tmp_path / "reference").mkdir()
+    rule = tmp_path / "compiler" / "schedule" / "cpu.py"
+    rule.write_text("TILE = 16\n")
+    (tmp_path / "components.py").write_text("LENGTH_TILE = 8\n")
+    (tmp_path / "reference" / "pt_dynamic.py").write_text("")
+    (tmp_path / "runtime.py").write_text("")  # not a build source
+    before = build_source_digest(tmp_path)
+    assert build_source_digest(tmp_path) == before
+    (tmp_path / "runtime.py").write_text("changed = True\n")
+    assert build_source_digest(tmp_path) == before  # the runtime does not decide what a build computes
+    rule.write_text("TILE = 8\n")  # a schedule edit
+    edited = build_source_digest(tmp_path)
+    assert edited != before
+    rule.rename(rule.with_name("gpu.py"))  # the same bytes under another name
+    assert build_source_digest(tmp_path) not in (before, edited)
+    (tmp_path / "reference" / "pt_dynamic.py").unlink()
+    (tmp_path / "reference").rmdir()
+    with pytest.raises(FileNotFoundError, match="reference"):
+        build_source_digest(tmp_path)
+
+
 def test_cache_reuses_and_rebuilds_on_corruption(unit_cache, random_model64, caplog):
     spec = BuildSpec("text_encoder", 5, "float64")
     first = build(random_model64, RANDOM_FINGERPRINT, spec)
@@ -48,6 +71,7 @@ def test_cache_reuses_and_rebuilds_on_corruption(unit_cache, random_model64, cap
     key = again.manifest["key"]
     assert key["weights"] == RANDOM_FINGERPRINT and key["target"] == host_target()
     assert key["tvm"] and key["recipe"] and key["length"] == 5 and key["dtype"] == "float64"
+    assert key["source"] == build_source_digest()
 
     first.library.write_bytes(b"not a shared library")  # corrupt code: detected by its sha256
     with caplog.at_level("WARNING"):
@@ -105,7 +129,7 @@ def test_two_processes_building_one_artifact_build_it_once(tmp_path):
     script = """
 import logging, torch
 logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-from kokoro_tvm.compiler.build import BuildSpec, build
+from kokoro_tvm.compiler.build import BuildSpec, build, build_source_digest
 from kokoro_tvm.weights.resolve import kmodel_skeleton
 torch.manual_seed(0)
 model = kmodel_skeleton().eval().double()

@@ -5,9 +5,9 @@ executable, weights kept as parameters) plus a manifest. The shape is one static
 every whole number of kokoro_tvm.components.LENGTH_TILE steps up to `length` (kokoro_tvm.compiler.symbolic;
 its manifest records `length_tile`, and a caller passes the tile count after the inputs). Parameters are
 stored once per (weights, component, dtype) as .npz and shared by every shape. The cache key covers the
-weights fingerprint, component, shape, dtype, the export/convert recipe version, the TVM version and the
-target; a manifest that does not match, or a file whose sha256 differs from its manifest, is rebuilt with a
-log line, never used.
+weights fingerprint, component, shape, dtype, the export/convert recipe version, a digest of the source that
+decides what a build computes (`build_source_digest`), the TVM version and the target; a manifest that does not
+match, or a file whose sha256 differs from its manifest, is rebuilt with a log line, never used.
 """
 
 from __future__ import annotations
@@ -40,13 +40,38 @@ from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 
 log = logging.getLogger(__name__)
 
-# Bump when export wrappers, patches, custom ops or converters change what a build computes.
+# Bump when export wrappers, patches, custom ops, converters or schedules change what a build computes: the
+# build-source digest below already forces the rebuild, this line records why one was due.
 # recipe 23: columns of 8k steps in half-width vectors (8-step symbolic tiles)
 # recipe 22: symbolic builds: tile buffers compacted to a fixed size, the VM's shape function marked noalias
 # recipe 21: ALBERT position ids explicit, nearest x2 and SineGen interpolation as gathers (same values)
 # recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
 # by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
 RECIPE_VERSION = "23-half-vectors"
+
+# The source that decides what a build computes, relative to the package root: the compiler, the component
+# registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a
+# schedule rule, a converter) never meets an artifact built before it; the recipe version above stays the
+# human-readable record of why a rebuild was due.
+BUILD_SOURCES = ("compiler", "components.py", "reference")
+
+
+def build_source_digest(root: Path | None = None, sources=BUILD_SOURCES) -> str:
+    """sha256 (first 16 hex digits) over the path and bytes of every .py file under `sources` of `root` (the
+    kokoro_tvm package), in sorted order. A comment edit changes it too: a rebuild is cheaper than a stale
+    artifact."""
+    root = Path(root) if root is not None else Path(__file__).resolve().parents[1]
+    files = []
+    for source in sources:
+        path = root / source
+        if not path.exists():
+            raise FileNotFoundError(f"build source {path} is missing: the package is incomplete")
+        files += [path] if path.is_file() else [f for f in path.rglob("*.py") if "__pycache__" not in f.parts]
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -124,6 +149,7 @@ def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict
         shape,
         weights=weights_fingerprint,
         recipe=RECIPE_VERSION,
+        source=build_source_digest(),
         tvm=tvm.__version__,
         target=target,
     )
