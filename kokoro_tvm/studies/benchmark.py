@@ -295,13 +295,35 @@ def _per_component(model, compiled, recorded: dict, runs: int, warmup: int) -> d
     return result
 
 
+def _torch_int8_conv(x, w, padding: int, dilation: int):
+    """PyTorch's int8 conv1d (FBGEMM: uint8 activations with one scale, int8 weights per output channel, VNNI
+    where the CPU has it) on `x`, `w`, as a no-argument callable; None where this torch has no FBGEMM engine.
+    The rate an int8 kernel of ours would be held to, the way oneDNN's bf16 rate holds our bf16 kernel."""
+    import warnings
+
+    import torch
+
+    if "fbgemm" not in torch.backends.quantized.supported_engines:
+        return None
+    torch.backends.quantized.engine = "fbgemm"
+    import torch.ao.nn.quantized.functional as quantized
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch 2.13 marks quantized tensors deprecated
+        qx = torch.quantize_per_tensor(x, float(x.abs().max()) / 127, 128, torch.quint8)
+        scales = w.abs().amax(dim=(1, 2)) / 127
+        qw = torch.quantize_per_channel(w, scales, torch.zeros(len(scales), dtype=torch.long), 0, torch.qint8)
+    return lambda: quantized.conv1d(qx, qw, None, padding=padding, dilation=dilation, scale=1.0, zero_point=128)
+
+
 def conv_peak(
     threads: int = 2, steps: int = 48_000, runs: int = 5, channels: int = 128, taps: int = 7, dilation: int = 3
 ) -> dict:
     """GFLOP/s of one conv1d shape (default: the generator's dominant layer, 128 -> 128 channels, kernel 7,
     dilation 3, `steps` samples) in torch (oneDNN) and in our TVM build, in float32 and, on a CPU with
-    AVX512_BF16, in bf16 (torch on bf16 tensors; ours: kokoro_tvm.compiler.bf16): the practical compute limit
-    for the decoder, and `tvm_bf16_vs_torch_bf16`, our bf16 kernel's share of oneDNN's rate."""
+    AVX512_BF16, in bf16 (torch on bf16 tensors; ours: kokoro_tvm.compiler.bf16), and PyTorch's int8 conv
+    (`torch_int8_gflops`, GOP/s: FBGEMM, nothing of ours is int8): the practical compute limit for the decoder,
+    and `tvm_bf16_vs_torch_bf16`, our bf16 kernel's share of oneDNN's rate."""
     import torch
     from tvm import relax
 
@@ -326,6 +348,9 @@ def conv_peak(
     if bf16:
         bx, bw = px.bfloat16(), pw.bfloat16()
         backends["torch_bf16"] = lambda: torch.nn.functional.conv1d(bx, bw, padding=padding, dilation=dilation)
+    int8 = _torch_int8_conv(px, pw, padding, dilation)
+    if int8 is not None:
+        backends["torch_int8"] = int8
     for name, mod in modules.items():
         runner = compile_and_load(mod)
         tensors = runner.device_inputs(x, w)

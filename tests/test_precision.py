@@ -1,0 +1,105 @@
+"""The reduced-precision budget's emulations (kokoro_tvm.studies.precision): what each rounding keeps, that the
+patches compute the rounded conv and come off again, and the multiply-add count. Tiny random modules, seconds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kokoro_tvm.studies import precision
+
+
+def _net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv1d(4, 6, 3, padding=2, dilation=2),
+        torch.nn.ReLU(),
+        torch.nn.ConvTranspose1d(6, 4, 4, stride=2, padding=1),
+    ).eval()
+
+
+def test_uint8_per_step_keeps_a_quiet_step_that_one_scale_per_tensor_loses():
+    torch.manual_seed(0)
+    x = torch.randn(1, 64, 5)
+    x[..., 2] *= 1e-3  # a quiet stretch next to loud ones, as in speech
+    step = precision._uint8_per_step(x)
+    # 255 levels between each step's own minimum and maximum: error at most half a level (plus float32 rounding)
+    levels = (x.amax(dim=1) - x.amin(dim=1)) / 255
+    assert ((step - x).abs() <= levels[:, None, :] * (0.5 + 1e-4)).all()
+    assert torch.allclose(step.amax(dim=1), x.amax(dim=1), rtol=1e-6)  # each step's extremes are levels
+    assert torch.allclose(step.amin(dim=1), x.amin(dim=1), rtol=1e-6)
+
+    def quiet_error(rounded):
+        return ((rounded - x)[..., 2].norm() / x[..., 2].norm()).item()
+
+    # per step: the quiet step is held to its own 1/255 levels (relative error ~1e-3); one scale for the whole
+    # tensor has levels a thousand times coarser than that step and rounds most of it to zero
+    assert quiet_error(step) < 0.01
+    assert quiet_error(precision._int8_per_tensor(x)) > 0.5
+
+
+def test_int8_weight_rounds_each_output_channel_on_its_own_scale():
+    torch.manual_seed(1)
+    w = torch.randn(6, 4, 3) * torch.tensor([1e-3, 1, 10, 1, 1, 100])[:, None, None]
+    rounded = precision._int8_weight(w)
+    scale = w.abs().amax(dim=(1, 2)) / 127
+    assert torch.allclose(rounded.abs().amax(dim=(1, 2)), w.abs().amax(dim=(1, 2)), rtol=1e-6)
+    assert ((rounded - w).abs() <= scale[:, None, None] * (0.5 + 1e-4)).all()
+    assert torch.allclose(rounded / scale[:, None, None], (rounded / scale[:, None, None]).round(), atol=1e-3)
+
+
+@pytest.mark.parametrize("kind", sorted(precision.EMULATIONS))
+def test_emulated_precision_computes_the_rounded_conv_and_comes_off(kind):
+    net = _net()
+    x = torch.randn(1, 4, 11)
+    with torch.no_grad():
+        exact = net(x)
+        round_x, round_w = precision.EMULATIONS[kind]
+        conv, relu, up = net
+        h = relu(F.conv1d(round_x(x), round_w(conv.weight), conv.bias, 1, 2, 2))
+        expected = F.conv_transpose1d(round_x(h), round_w(up.weight), up.bias, 2, 1)
+        with precision.emulated_precision(net, ["0", "2"], kind):
+            rounded = net(x)
+        after = net(x)
+    assert torch.equal(rounded, expected)
+    assert not torch.allclose(rounded, exact, rtol=0, atol=1e-6)  # really rounded
+    assert torch.equal(after, exact)  # the class's own forward again
+
+
+def test_emulated_precision_refuses_an_unknown_kind_and_a_non_conv_restoring_what_it_patched():
+    net = _net()
+    x = torch.randn(1, 4, 11)
+    with torch.no_grad():
+        exact = net(x)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        with precision.emulated_precision(net, ["0"], "int4"):
+            pass
+    with pytest.raises(ValueError, match="ReLU, not a convolution"):
+        with precision.emulated_precision(net, ["0", "1"], "bf16"):
+            pass
+    with torch.no_grad():
+        assert torch.equal(net(x), exact)
+
+
+def test_mixed_precision_assigns_each_layer_one_kind_and_refuses_two():
+    net = _net()
+    with precision.mixed_precision(net, {"int8_step": ["0"], "bf16": ["2"]}) as chosen:
+        assert chosen == {"0": "int8_step", "2": "bf16"}
+    with pytest.raises(ValueError, match="under both"):
+        with precision.mixed_precision(net, {"int8_step": ["0", "2"], "bf16": ["2"]}):
+            pass
+
+
+def test_counted_macs_is_multiply_adds_per_step_times_output_steps():
+    net = _net()
+    x = torch.randn(1, 4, 11)
+    with torch.no_grad(), precision.counted_macs(net) as macs:
+        net(x)
+        net(x)
+    # conv: 6 x 4 x 3 per output step over 11 steps; transposed conv: each of its 11 input steps meets all
+    # 6 x 4 x 4 weights once (22 output steps, two taps each)
+    assert macs == {"0": 2 * 6 * 4 * 3 * 11, "2": 2 * 6 * 4 * 4 * 11}
+    with torch.no_grad():
+        net(x)
+    assert macs["0"] == 2 * 6 * 4 * 3 * 11  # counting stops with the block
