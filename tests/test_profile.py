@@ -2,7 +2,7 @@
 
 import pytest
 
-from kokoro_tvm.runtime.profile import compare, kernel_family
+from kokoro_tvm.runtime.profile import compare, kernel_family, kernel_split
 
 STATIC = {
     "fused_conv1d24_add64_expand_dims1_less7_where14": 0.30,
@@ -31,3 +31,17 @@ def test_compare_pairs_kernels_and_keeps_the_unmatched():
     assert rows["layer_norm3"]["other_s"] == 0.0 and rows["shape_func"]["ratio"] == float("inf")
     assert list(rows)[0] == "fused_conv1d24_add64_less7_where14"  # largest first
     assert len(compare(STATIC, SYMBOLIC, top=2)) == 2
+
+
+def test_kernel_split_groups_fused_names_by_what_they_do():
+    times = {
+        "fused_bf16_conv1d21_add76": 0.25,
+        "fused_conv1d24_add64_where14_pad": 0.5,  # an fp32 conv with the elementwise work before it fused in
+        "fused_expand_dims26_split5_tir_rsqrt6_multiply76_bf16_pack_x19": 0.125,
+        "bf16_pack_w": 0.0625,
+        "fused_lstm_step": 2.0,
+        "vm.builtin.alloc_storage": 1.0,
+    }
+    split = kernel_split(times)
+    assert split == {"convolution": 0.75, "bf16 packing": 0.1875, "other": 3.0}
+    assert sum(split.values()) == sum(times.values())

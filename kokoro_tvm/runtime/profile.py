@@ -68,3 +68,18 @@ def compare(baseline: dict[str, float], other: dict[str, float], top: int = 15) 
         a, b = families[name]
         rows.append({"function": name, "baseline_s": a, "other_s": b, "ratio": b / a if a else float("inf")})
     return rows
+
+
+# What a kernel's fused name says it does, in the order asked: a conv (its epilogue and, in fp32 builds, the
+# elementwise work before it fused in), the bf16 packing of a conv's input (with the AdaIN / Snake work fused in
+# front of it), everything else.
+KERNEL_GROUPS = (("convolution", "conv1d"), ("bf16 packing", "bf16_pack"))
+
+
+def kernel_split(times: dict[str, float]) -> dict[str, float]:
+    """kernel_seconds' times summed by KERNEL_GROUPS (the first group whose mark is in the name), plus "other"."""
+    split = {name: 0.0 for name, _ in KERNEL_GROUPS} | {"other": 0.0}
+    for function, seconds in times.items():
+        group = next((name for name, mark in KERNEL_GROUPS if mark in function), "other")
+        split[group] += seconds
+    return split

@@ -368,14 +368,43 @@ def conv_peak(
     return record
 
 
+def kernel_time_split(model, weights_fingerprint: str, component: str, length: int, precisions=("fp32", "bf16"),
+                      runs: int = 3, threads: int = 2) -> dict:
+    """Where the symbolic build of `component` spends its time at `length` (a multiple of LENGTH_TILE), per
+    precision: runtime.profile.kernel_seconds summed by runtime.profile.kernel_split, on the export's example
+    inputs. Artifacts come from the build cache (built there if missing)."""
+    import torch
+
+    from kokoro_tvm.compiled import resolve_precision
+    from kokoro_tvm.compiler.build import BuildSpec, build
+    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+    from kokoro_tvm.compiler.symbolic import tile_count
+    from kokoro_tvm.runtime.profile import kernel_seconds, kernel_split
+    from kokoro_tvm.runtime.vm import ComponentRunner
+
+    set_threads(threads)
+    inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length), torch.float32)]
+    record = {"component": component, "length": length, "runs": runs, "threads": threads}
+    for name in precisions:
+        spec = BuildSpec.dynamic(component, "float32", resolve_precision(name)[1])
+        runner = ComponentRunner(build(model, weights_fingerprint, spec))
+        times = kernel_seconds(runner, runner.device_inputs(*inputs) + [runner.shape(tile_count(length))], runs)
+        record[name] = {"total_s": sum(times.values()), **{f"{k}_s": v for k, v in kernel_split(times).items()}}
+    return record
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m kokoro_tvm.studies.benchmark --conv-peak [--steps N --channels C --taps K --dilation D]`: one
-    JSON line of conv_peak (NOTES/performance.md quotes it)."""
+    JSON line of conv_peak; `--kernel-split COMPONENT:LENGTH [--precision fp32,bf16]`: one JSON line of
+    kernel_time_split on the resolved weights (NOTES/performance.md quotes both)."""
     import argparse
     import json
 
     parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.benchmark")
-    parser.add_argument("--conv-peak", action="store_true", required=True)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--conv-peak", action="store_true")
+    mode.add_argument("--kernel-split", metavar="COMPONENT:LENGTH")
+    parser.add_argument("--precision", default="fp32,bf16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=48_000)
     parser.add_argument("--channels", type=int, default=128)
@@ -383,6 +412,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dilation", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.kernel_split:
+        import torch
+
+        from kokoro_tvm.weights.resolve import load_kmodel
+
+        component, length = args.kernel_split.split(":")
+        model, weights = load_kmodel(None, dtype=torch.float32)
+        record = kernel_time_split(model, weights.fingerprint, component, int(length), args.precision.split(","),
+                                   args.runs, args.threads)
+        print(json.dumps(record))
+        return
     print(json.dumps(conv_peak(args.threads, args.steps, args.runs, args.channels, args.taps, args.dilation)))
 
 
