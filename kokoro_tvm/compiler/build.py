@@ -42,12 +42,14 @@ log = logging.getLogger(__name__)
 
 # Bump when export wrappers, patches, custom ops, converters or schedules change what a build computes: the
 # build-source digest below already forces the rebuild, this line records why one was due.
+# recipe 24: an elementwise kernel whose output reads its producers at other positions (the bf16 packing) computes
+# them per vector tile of the last of them, not as a pass each over the whole tensor
 # recipe 23: columns of 8k steps in half-width vectors (8-step symbolic tiles)
 # recipe 22: symbolic builds: tile buffers compacted to a fixed size, the VM's shape function marked noalias
 # recipe 21: ALBERT position ids explicit, nearest x2 and SineGen interpolation as gathers (same values)
 # recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
 # by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
-RECIPE_VERSION = "23-half-vectors"
+RECIPE_VERSION = "24-elementwise-anchors"
 
 # The source that decides what a build computes, relative to the package root: the compiler, the component
 # registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a
