@@ -55,16 +55,39 @@ def test_emulated_precision_computes_the_rounded_conv_and_comes_off(kind):
     x = torch.randn(1, 4, 11)
     with torch.no_grad():
         exact = net(x)
-        round_x, round_w = precision.EMULATIONS[kind]
+        rounded = precision.EMULATIONS[kind]
         conv, relu, up = net
-        h = relu(F.conv1d(round_x(x), round_w(conv.weight), conv.bias, 1, 2, 2))
-        expected = F.conv_transpose1d(round_x(h), round_w(up.weight), up.bias, 2, 1)
+        h = relu(F.conv1d(*rounded(x, conv.weight, 0), conv.bias, 1, 2, 2))
+        expected = F.conv_transpose1d(*rounded(h, up.weight, 1), up.bias, 2, 1)
         with precision.emulated_precision(net, ["0", "2"], kind):
-            rounded = net(x)
+            got = net(x)
         after = net(x)
-    assert torch.equal(rounded, expected)
-    assert not torch.allclose(rounded, exact, rtol=0, atol=1e-6)  # really rounded
+    assert torch.equal(got, expected)
+    assert not torch.allclose(got, exact, rtol=0, atol=1e-6)  # really rounded
     assert torch.equal(after, exact)  # the class's own forward again
+
+
+@pytest.mark.parametrize("out_dim", [0, 1])  # a conv's weight (out, in, k), a transposed conv's (in, out, k)
+def test_int8_channel_is_an_integer_conv_with_one_scale_per_output_channel(out_dim):
+    torch.manual_seed(2)
+    x = torch.randn(1, 6, 40) * torch.tensor([0.01, 1, 5, 1, 1, 0.1])[None, :, None] + 0.3
+    w = torch.randn(6, 5, 3) if out_dim == 1 else torch.randn(5, 6, 3)
+    x_hat, w_hat = precision.EMULATIONS["int8_channel"](x, w, out_dim)
+    low = x.amin(dim=(0, 2)).clamp(max=0)
+    scale = (x.amax(dim=(0, 2)).clamp(min=0) - low) / 255
+    zero = (-low / scale).round()
+    levels = x_hat / scale[None, :, None] + zero[None, :, None]  # q in 0..255: uint8 operands
+    assert torch.allclose(levels, levels.round(), atol=1e-3)
+    assert levels.round().min() >= 0 and levels.round().max() <= 255
+    # zero padding is the zero point exactly: 0 is a level of every channel
+    assert torch.equal(precision.EMULATIONS["int8_channel"](torch.zeros(1, 6, 4), w, out_dim)[0], torch.zeros(1, 6, 4))
+    # the folded weights, w * scale[c], are int8 with one scale per output channel
+    shape = [-1 if d == 1 - out_dim else 1 for d in range(3)]
+    folded = w_hat * scale.reshape(shape)
+    per_out = folded.abs().amax(dim=tuple(d for d in range(3) if d != out_dim), keepdim=True) / 127
+    integers = folded / per_out
+    assert torch.allclose(integers, integers.round(), atol=1e-3) and integers.abs().max() <= 127 + 1e-3
+    assert (x_hat - x).abs().max() <= scale.max() / 2 * (1 + 1e-4)  # half a level of the widest channel
 
 
 def test_emulated_precision_refuses_an_unknown_kind_and_a_non_conv_restoring_what_it_patched():

@@ -9,13 +9,17 @@ input and weight, in float32:
 - `int8_tensor`: weights symmetric int8 per output channel, activations symmetric int8 with one dynamic scale
   per call (what a dynamically quantized VNNI conv takes);
 - `int8_step`: the same weights, activations uint8 with one (scale, minimum) pair per time step over the
-  channels: what a VNNI kernel (`vpdpbusd`: uint8 x int8) would take if it rescales its int32 sums per tap.
+  channels: what a VNNI kernel (`vpdpbusd`: uint8 x int8) would take if it rescales its int32 sums per tap;
+- `int8_channel`: activations uint8 with one (scale, zero point) per input channel for the call, the scales
+  folded into the weights before they are rounded per output channel: a VNNI conv with one int32 reduction,
+  the shape of the bf16 kernel.
 
 `layer_budget` runs pt.dynamic (float32, seeded SineGen noise) with one layer at a time rounded and reports the
 audio SNR and log-mel distance against the all-float32 run; `group_budget` does the same for groups of layers
 (the sets a build can choose), adding PESQ-WB / STOI; `plan_comparison` scores whole assignments of layer groups
 to precisions on many texts. The registry's `BF16_CONVOLUTIONS` (kokoro_tvm.components) holds the groups the bf16
-measurement admitted; nothing int8 is compiled (NOTES/performance.md says why and what the numbers below allow).
+measurement admitted; nothing int8 is compiled (NOTES/performance.md: what these measurements allow and what a
+kernel would need).
 
     python -m kokoro_tvm.studies.precision [--text ...] [--layers [--kind int8_step]] [--int8 [--corpus N]]
 """
@@ -53,17 +57,35 @@ def _uint8_per_step(t):
     return ((t - low) / scale).round().clamp(0, 255) * scale + low
 
 
-def _int8_weight(w):
-    """Symmetric int8 per output channel (the layout VNNI kernels and ONNX's int8 exports use)."""
-    scale = w.abs().amax(dim=tuple(range(1, w.dim())), keepdim=True).clamp(min=1e-12) / 127
+def _int8_weight(w, out_dim: int = 0):
+    """Symmetric int8 per output channel (`out_dim`: 0 for a conv's weight, 1 for a transposed conv's), the layout
+    VNNI kernels and ONNX's int8 exports use."""
+    others = tuple(d for d in range(w.dim()) if d != out_dim)
+    scale = w.abs().amax(dim=others, keepdim=True).clamp(min=1e-12) / 127
     return (w / scale).round().clamp(-127, 127) * scale
 
 
-# kind -> (round the activation, round the weight)
+def _channel_folded(x, w, out_dim: int):
+    """uint8 activations with one (scale, zero point) per input channel for the call (its range widened to hold
+    0, so the conv's zero padding is the integer zero point exactly), folded into the weights: w * scale[c] is
+    then rounded to int8 per output channel. What a single-reduction VNNI conv computes: out[o] = ws[o] *
+    sum(wq[o, c, k] * (q[c] - zero[c])), with the per-call weight folding O x C x K multiplies."""
+    in_dim = 1 - out_dim
+    low = x.amin(dim=(0, 2), keepdim=True).clamp(max=0)
+    scale = (x.amax(dim=(0, 2), keepdim=True).clamp(min=0) - low).clamp(min=1e-12) / 255
+    zero = (-low / scale).round()
+    q = ((x / scale).round() + zero).clamp(0, 255)
+    per_channel = scale.reshape([-1 if d == in_dim else 1 for d in range(w.dim())])
+    folded = _int8_weight(w * per_channel, out_dim)
+    return (q - zero) * scale, folded / per_channel
+
+
+# kind -> (x, weight, the weight's output-channel dim) -> (rounded x, rounded weight)
 EMULATIONS = {
-    "bf16": (_round, _round),
-    "int8_tensor": (_int8_per_tensor, _int8_weight),
-    "int8_step": (_uint8_per_step, _int8_weight),
+    "bf16": lambda x, w, out_dim: (_round(x), _round(w)),
+    "int8_tensor": lambda x, w, out_dim: (_int8_per_tensor(x), _int8_weight(w, out_dim)),
+    "int8_step": lambda x, w, out_dim: (_uint8_per_step(x), _int8_weight(w, out_dim)),
+    "int8_channel": _channel_folded,
 }
 
 
@@ -76,7 +98,7 @@ def emulated_precision(model, names, kind: str = "bf16"):
 
     if kind not in EMULATIONS:
         raise ValueError(f"kind must be one of {sorted(EMULATIONS)}, got {kind!r}")
-    round_x, round_w = EMULATIONS[kind]
+    rounded = EMULATIONS[kind]
     modules = dict(model.named_modules())
     patched = []
     try:
@@ -85,12 +107,13 @@ def emulated_precision(model, names, kind: str = "bf16"):
             if isinstance(module, torch.nn.Conv1d):
 
                 def forward(x, m=module):
-                    return F.conv1d(round_x(x), round_w(m.weight), m.bias, m.stride, m.padding, m.dilation, m.groups)
+                    x, w = rounded(x, m.weight, 0)
+                    return F.conv1d(x, w, m.bias, m.stride, m.padding, m.dilation, m.groups)
 
             elif isinstance(module, torch.nn.ConvTranspose1d):
 
                 def forward(x, output_size=None, m=module):
-                    x, w = round_x(x), round_w(m.weight)
+                    x, w = rounded(x, m.weight, 1)
                     return F.conv_transpose1d(x, w, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
 
             else:
@@ -219,7 +242,8 @@ INT8_BULK = ("decoder.generator.resblocks.", "decoder.generator.noise_res.")
 
 def int8_plans() -> dict[str, dict[str, list[str]]]:
     """The assignments `plan_comparison` scores: the bf16 build as it is, int8 on the bulk with bf16 elsewhere
-    (per step and per tensor), and every bf16 layer in int8_step."""
+    (activation scales per step, per tensor, per channel folded into the weights), and every bf16 layer in
+    int8_step."""
     from kokoro_tvm.components import BF16_CONVOLUTIONS
 
     reduced = [p for prefixes in BF16_CONVOLUTIONS.values() for p in prefixes]
@@ -229,6 +253,7 @@ def int8_plans() -> dict[str, dict[str, list[str]]]:
         "bf16 (the build)": {"bf16": reduced},
         "int8_step bulk + bf16": {"int8_step": list(INT8_BULK), "bf16": rest},
         "int8_tensor bulk + bf16": {"int8_tensor": list(INT8_BULK), "bf16": rest},
+        "int8_channel bulk + bf16": {"int8_channel": list(INT8_BULK), "bf16": rest},
         "int8_step everywhere": {"int8_step": reduced},
     }
 
@@ -317,7 +342,7 @@ def main(argv=None) -> int:
     groups = {k: list(v) for k, v in BF16_CONVOLUTIONS.items()}
     record = {"groups": group_budget(model, groups, texts[0])}
     if args.int8:
-        for kind in ("int8_tensor", "int8_step"):
+        for kind in ("int8_tensor", "int8_step", "int8_channel"):
             record[f"{kind}_groups"] = group_budget(model, groups, texts[0], kind=kind)
         corpus = pick_sentences(load_sentences(), args.corpus) if args.corpus else []
         record["plans"] = plan_comparison(model, int8_plans(), corpus + texts)
