@@ -12,7 +12,7 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
              dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
              then tile buffers of symbolic-length functions compacted to a fixed size
              (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, bf16 convolutions get the LLVM IR
-             of their vdpbf16ps kernel (kokoro_tvm.compiler.bf16.ImportBf16Kernel)
+             of their vdpbf16ps kernel (kokoro_tvm.compiler.bf16.ImportBf16Kernel; int8: compiler.int8)
 5. lower     the backend's dataflow lowering
 6. finalize  the backend's memory planning and VM lowering; the VM's shape functions marked noalias
              (kokoro_tvm.compiler.symbolic.RestrictShapeFunctions)
@@ -56,6 +56,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from tvm.s_tir import dlight
 
     from kokoro_tvm.compiler.bf16 import ImportBf16Kernel
+    from kokoro_tvm.compiler.int8 import ImportInt8Kernel
     from kokoro_tvm.compiler.passes import AlignConvLengths, IntegerPowers, PolyphaseConvTranspose, VectorizableSine
     from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 
@@ -77,7 +78,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         backend = relax.backend.cpu_generic.pipeline
         rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
         rules, count = schedule.rules(), []
-        scheduled = [ImportBf16Kernel()]
+        scheduled = [ImportBf16Kernel(), ImportInt8Kernel()]
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),

@@ -316,19 +316,38 @@ def _torch_int8_conv(x, w, padding: int, dilation: int):
     return lambda: quantized.conv1d(qx, qw, None, padding=padding, dilation=dilation, scale=1.0, zero_point=128)
 
 
+def _int8_conv_module(channels: int, taps: int, dilation: int, steps: int):
+    """A Relax module of our int8 conv kernel alone (kokoro_tvm.compiler.int8) on packed operands: uint8
+    activations [1, C/4, steps + padding, 4] and int8 weights [C, C/4, taps, 4]; int32 out [1, C, steps]."""
+    from tvm import relax
+
+    from kokoro_tvm.compiler import int8
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, channels // 4, steps + dilation * (taps - 1), 4), "uint8"))
+    w = relax.Var("w", relax.TensorType((channels, channels // 4, taps, 4), "int8"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit_te(int8.conv, x, w, dilation, primfunc_name_hint="int8_conv1d"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def conv_peak(
     threads: int = 2, steps: int = 48_000, runs: int = 5, channels: int = 128, taps: int = 7, dilation: int = 3
 ) -> dict:
     """GFLOP/s of one conv1d shape (default: the generator's dominant layer, 128 -> 128 channels, kernel 7,
     dilation 3, `steps` samples) in torch (oneDNN) and in our TVM build, in float32 and, on a CPU with
-    AVX512_BF16, in bf16 (torch on bf16 tensors; ours: kokoro_tvm.compiler.bf16), and PyTorch's int8 conv
-    (`torch_int8_gflops`, GOP/s: FBGEMM, nothing of ours is int8): the practical compute limit for the decoder,
-    and `tvm_bf16_vs_torch_bf16`, our bf16 kernel's share of oneDNN's rate."""
+    AVX512_BF16, in bf16 (torch on bf16 tensors; ours: kokoro_tvm.compiler.bf16), and in int8 (GOP/s: PyTorch's
+    FBGEMM conv; on a CPU with AVX512_VNNI our kernel alone, kokoro_tvm.compiler.int8, on random packed operands:
+    no build uses it yet): the practical compute limit for the decoder, `tvm_bf16_vs_torch_bf16` and
+    `tvm_int8_vs_torch_int8`, our kernels' shares of the library rates."""
     import torch
     from tvm import relax
 
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_supports_bf16
+    from kokoro_tvm.compiler.int8 import host_supports_int8
 
     set_threads(threads)
     rng = np.random.default_rng(0)
@@ -351,6 +370,14 @@ def conv_peak(
     int8 = _torch_int8_conv(px, pw, padding, dilation)
     if int8 is not None:
         backends["torch_int8"] = int8
+    if host_supports_int8():
+        runner = compile_and_load(_int8_conv_module(channels, taps, dilation, steps))
+        quads = (1, channels // 4, steps + 2 * padding, 4)
+        tensors = runner.device_inputs(
+            rng.integers(0, 256, quads, dtype=np.uint8),
+            rng.integers(-127, 128, (channels, channels // 4, taps, 4), dtype=np.int8),
+        )
+        backends["tvm_int8"] = lambda r=runner, t=tensors: r.run_on_device(*t)
     for name, mod in modules.items():
         runner = compile_and_load(mod)
         tensors = runner.device_inputs(x, w)
@@ -365,6 +392,8 @@ def conv_peak(
     } | {f"{name}_gflops": gflop / t for name, t in times.items()}
     if bf16:
         record["tvm_bf16_vs_torch_bf16"] = times["torch_bf16"] / times["tvm_bf16"]
+    if "tvm_int8" in times and "torch_int8" in times:
+        record["tvm_int8_vs_torch_int8"] = times["torch_int8"] / times["tvm_int8"]
     return record
 
 

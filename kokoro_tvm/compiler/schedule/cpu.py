@@ -103,21 +103,26 @@ def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
     return len({r.source.name for r in stmt.reads} - {stmt.writes[0].source.name}) >= 2
 
 
-def _bf16_pairs(sch: s_tir.Schedule, block, reduce: list, lanes: int) -> bool:
-    """True for a kokoro_tvm.compiler.bf16 conv: two uint16 (bf16 bit pattern) operands, float32 accumulation,
-    the channel-pair axis (extent 2) last, and 16 float32 lanes (AVX-512) for its vdpbf16ps."""
-    from kokoro_tvm.compiler.bf16 import LANES
+# Packed dot-product steps: (operand dtypes, accumulator dtype, channels per lane) -> the module whose
+# register_intrinsic(lanes) names the tensor intrinsic of one (columns x channel group) step
+PACKED_STEPS = {
+    (("uint16", "uint16"), "float32", 2): "kokoro_tvm.compiler.bf16",  # vdpbf16ps
+    (("int8", "uint8"), "int32", 4): "kokoro_tvm.compiler.int8",  # vpdpbusd
+}
+
+
+def _packed_step(sch: s_tir.Schedule, block, reduce: list, lanes: int):
+    """For a kokoro_tvm.compiler.bf16 conv (two uint16 bf16 bit patterns, float32 accumulation, channel pairs)
+    or a compiler.int8 conv (uint8 x int8, int32 accumulation, channel quads), with the channel-group axis last
+    and 16 lanes (AVX-512): the module that registers its step's tensor intrinsic. None otherwise."""
+    import importlib
 
     stmt = sch.get(block)
-    operands = [r.source for r in stmt.reads if r.source.name != stmt.writes[0].source.name]
-    return (
-        lanes == LANES
-        and len(reduce) >= 2
-        and _extent(sch, reduce[-1]) == 2
-        and str(stmt.writes[0].source.dtype) == "float32"
-        and len(operands) == 2
-        and all(str(b.dtype) == "uint16" for b in operands)
-    )
+    operands = tuple(sorted(str(r.source.dtype) for r in stmt.reads if r.source.name != stmt.writes[0].source.name))
+    if lanes != 16 or len(reduce) < 2 or len(operands) != 2:
+        return None
+    name = PACKED_STEPS.get((operands, str(stmt.writes[0].source.dtype), _extent(sch, reduce[-1])))
+    return importlib.import_module(name) if name else None
 
 
 def _vectorize_inner(sch: s_tir.Schedule, block, lanes: int) -> None:
@@ -336,9 +341,11 @@ class Contraction(_CPURule):
         # tile order: walk the rows of one column slab (the slab stays in cache, the row operand streams), unless
         # the row operand (conv weights) is the larger one: then walk the columns of one row slab
         rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
-        # bf16 pairs (kokoro_tvm.compiler.bf16): the channel-pair axis goes innermost, under the column vector,
-        # and the (16 columns x 1 pair) step becomes one vdpbf16ps (8 columns: its ymm form)
-        pairs = _bf16_pairs(sch, main.block_rv, reduce, lanes)
+        # bf16 pairs (kokoro_tvm.compiler.bf16) or int8 quads (compiler.int8): the channel-group axis goes
+        # innermost, under the column vector, and the (16 columns x 1 group) step becomes one vdpbf16ps or
+        # vpdpbusd (8 columns: the ymm form)
+        packed = _packed_step(sch, main.block_rv, reduce, lanes)
+        pairs = packed is not None
         if pairs:
             *reduce, pair = reduce
 
@@ -401,12 +408,10 @@ class Contraction(_CPURule):
         init = sch.decompose_reduction(main.block_rv, reduce[0])
         _vectorize_inner(sch, init, lanes)
         if pairs:
-            from kokoro_tvm.compiler.bf16 import LANES, register_intrinsic
-
-            vectors = sch.split(col_i, [None, LANES]) if cols > LANES else [col_i]
+            vectors = sch.split(col_i, [None, packed.LANES]) if cols > packed.LANES else [col_i]
             if len(vectors) > 1:
                 sch.unroll(vectors[0])
-            sch.tensorize(vectors[-1], register_intrinsic(min(cols, LANES)))  # 8 columns: the ymm step
+            sch.tensorize(vectors[-1], packed.register_intrinsic(min(cols, packed.LANES)))  # 8 columns: ymm
         for producer in producers:
             _elementwise_loops(sch, producer.block_rv, lanes)
         return sch
