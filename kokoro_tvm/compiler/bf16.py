@@ -190,25 +190,6 @@ def register_intrinsic(lanes: int = LANES) -> str:
     return name
 
 
-def import_kernel(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """`func` with the LLVM IR of the `kokoro_dpbf16ps*` steps attached, so its code generation links and inlines it."""
-    return func.with_body(tirx.AttrStmt(0, "pragma_import_llvm", tvm.ir.StringImm(LLVM_KERNEL), func.body))
-
-
-def ImportBf16Kernel():  # noqa: N802 (TVM pass naming)
-    """After scheduling: every PrimFunc fused from a bf16 conv (FuseTIR keeps `bf16_conv1d` in its name) carries
-    the kernel's LLVM IR, once per function."""
-
-    @tvm.transform.module_pass(opt_level=0, name="ImportBf16Kernel")
-    def _pass(mod, _ctx):
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, tirx.PrimFunc) and "bf16_conv1d" in gvar.name_hint:
-                mod[gvar] = import_kernel(func)
-        return mod
-
-    return _pass
-
-
 # --- the Relax rewrite -----------------------------------------------------------------------------------------
 
 

@@ -18,13 +18,14 @@ kokoro_tvm.studies.benchmark --conv-peak` times it against PyTorch's int8 conv (
 
 As with bf16, TVM 0.27 cannot emit the instruction: a few lines of LLVM IR define `kokoro_dpbusd{16,8}`, taking
 the operands as int32 vectors by value, and every PrimFunc named after `int8_conv1d` imports them
-(`ImportInt8Kernel`), which the CPU Contraction rule tensorizes the innermost (16 columns x one quad) step with.
+(kokoro_tvm.compiler.passes.ImportLLVMKernels); the CPU Contraction rule tensorizes the innermost (16 columns x
+one quad) step with `kokoro_dpbusd_16x4`.
 """
 
 from __future__ import annotations
 
 import tvm
-from tvm import te, tirx
+from tvm import te
 from tvm.script import tirx as T
 
 INTRIN = "kokoro_dpbusd_{lanes}x4"
@@ -108,24 +109,6 @@ def register_intrinsic(lanes: int = LANES) -> str:
     if s_tir.TensorIntrin.get(name, allow_missing=True) is None:
         s_tir.TensorIntrin.register(name, *_dot(lanes))
     return name
-
-
-def import_kernel(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """`func` with the LLVM IR of the `kokoro_dpbusd*` steps attached, so its code generation links and inlines it."""
-    return func.with_body(tirx.AttrStmt(0, "pragma_import_llvm", tvm.ir.StringImm(LLVM_KERNEL), func.body))
-
-
-def ImportInt8Kernel():  # noqa: N802 (TVM pass naming)
-    """After scheduling: every PrimFunc named after an int8 conv (`int8_conv1d`) carries the kernel's LLVM IR."""
-
-    @tvm.transform.module_pass(opt_level=0, name="ImportInt8Kernel")
-    def _pass(mod, _ctx):
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, tirx.PrimFunc) and "int8_conv1d" in gvar.name_hint:
-                mod[gvar] = import_kernel(func)
-        return mod
-
-    return _pass
 
 
 def conv(xq: te.Tensor, wq: te.Tensor, dilation: int) -> te.Tensor:

@@ -11,8 +11,8 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
              dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
              then tile buffers of symbolic-length functions compacted to a fixed size
-             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, bf16 convolutions get the LLVM IR
-             of their vdpbf16ps kernel (kokoro_tvm.compiler.bf16.ImportBf16Kernel; int8: compiler.int8)
+             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, bf16 and int8 convolutions get the
+             LLVM IR of their vdpbf16ps / vpdpbusd steps (passes.ImportLLVMKernels)
 5. lower     the backend's dataflow lowering
 6. finalize  the backend's memory planning and VM lowering; the VM's shape functions marked noalias
              (kokoro_tvm.compiler.symbolic.RestrictShapeFunctions)
@@ -55,9 +55,14 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from tvm import relax
     from tvm.s_tir import dlight
 
-    from kokoro_tvm.compiler.bf16 import ImportBf16Kernel
-    from kokoro_tvm.compiler.int8 import ImportInt8Kernel
-    from kokoro_tvm.compiler.passes import AlignConvLengths, IntegerPowers, PolyphaseConvTranspose, VectorizableSine
+    from kokoro_tvm.compiler import bf16, int8
+    from kokoro_tvm.compiler.passes import (
+        AlignConvLengths,
+        ImportLLVMKernels,
+        IntegerPowers,
+        PolyphaseConvTranspose,
+        VectorizableSine,
+    )
     from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 
     target = _target(target)
@@ -78,7 +83,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         backend = relax.backend.cpu_generic.pipeline
         rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
         rules, count = schedule.rules(), []
-        scheduled = [ImportBf16Kernel(), ImportInt8Kernel()]
+        scheduled = [ImportLLVMKernels({"bf16_conv1d": bf16.LLVM_KERNEL, "int8_conv1d": int8.LLVM_KERNEL})]
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
