@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
+from kernel_asm import executable_asm, hot_loop
 from tvm import relax
 
 from kokoro_tvm.compiler import bf16
@@ -95,12 +96,8 @@ def test_the_kernel_is_vdpbf16ps_with_the_tile_in_registers(bf16_conv):
     """The hot loop is vdpbf16ps with nothing stored: passing the operands by address once left the tile in
     memory (a store after every instruction, 78 GFLOP/s where the fp32 kernel runs at 200)."""
     executable, _ = bf16_conv
-    asm = "\n".join(m.inspect_source("asm") for m in executable.mod.imports)
-    blocks = re.split(r"\n(?=\.LBB)", asm)
-    hot = max(blocks, key=lambda block: block.count("vdpbf16ps"))
-    assert hot.count("vdpbf16ps") >= 8
-    loop = re.split(r"\n\s*j\w+\s", hot)[0]
-    stores = [line for line in loop.splitlines() if re.match(r"\s*vmov\w*\s+%[xyz]mm\d+, [^%]", line)]
+    count, stores = hot_loop(executable_asm(executable), "vdpbf16ps")
+    assert count >= 8
     assert stores == []
 
 
@@ -112,7 +109,7 @@ def test_a_symbolic_length_bf16_conv_runs_every_tile_count(tile):
     k = tvm.tirx.Var("k", "int64")
     mod = bf16.Bf16Convolutions()(_conv_module(16, 16, 3, 1, k * tile))
     executable = compile_relax(mod, host_target())
-    asm = "\n".join(m.inspect_source("asm") for m in executable.mod.imports)
+    asm = executable_asm(executable)
     register = "ymm" if tile % bf16.LANES else "zmm"
     assert re.search(rf"vdpbf16ps\s.*%{register}", asm)
     vm = relax.VirtualMachine(executable, tvm.cpu())

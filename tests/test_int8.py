@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 import tvm
+from kernel_asm import executable_asm, hot_loop
 from tvm import relax
 
 from kokoro_tvm.compiler import int8
@@ -21,8 +22,7 @@ def _build(channels: int, taps: int, dilation: int, steps: int):
     from kokoro_tvm.compiler.pipeline import compile_relax
 
     executable = compile_relax(_int8_conv_module(channels, taps, dilation, steps), host_target())
-    asm = "\n".join(m.inspect_source("asm") for m in executable.mod.imports)
-    return relax.VirtualMachine(executable, tvm.cpu()), asm
+    return relax.VirtualMachine(executable, tvm.cpu()), executable_asm(executable)
 
 
 def _reference(xq: np.ndarray, wq: np.ndarray, dilation: int, steps: int) -> np.ndarray:
@@ -53,9 +53,6 @@ def test_int8_conv_is_the_exact_integer_conv(steps):
 @needs_vnni
 def test_the_int8_kernel_is_vpdpbusd_with_the_tile_in_registers():
     _, asm = _build(128, 7, 3, 4800)
-    blocks = re.split(r"\n(?=\.LBB)", asm)
-    hot = max(blocks, key=lambda block: block.count("vpdpbusd"))
-    assert hot.count("vpdpbusd") >= 8
-    loop = re.split(r"\n\s*j\w+\s", hot)[0]
-    stores = [line for line in loop.splitlines() if re.match(r"\s*vmov\w*\s+%[xyz]mm\d+, [^%]", line)]
+    count, stores = hot_loop(asm, "vpdpbusd")
+    assert count >= 8
     assert stores == []

@@ -37,6 +37,7 @@ from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.script import tirx as T
 
+from kokoro_tvm.compiler import packed
 from kokoro_tvm.compiler.passes import (
     _rewriting_pass,
     _SineRewriter,
@@ -79,29 +80,17 @@ class Bf16Unsupported(ValueError):
 
 def target_has_bf16(target) -> bool:
     """True if the LLVM target's CPU has AVX512_BF16 (vdpbf16ps)."""
-    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
-    if target.kind.name != "llvm":
-        return False
-    from tvm.target import codegen
-
-    return bool(codegen.target_has_features("avx512bf16", target))
+    return packed.target_has_feature(target, "avx512bf16")
 
 
 def host_has_bf16() -> bool | None:
     """This CPU's avx512_bf16 flag from /proc/cpuinfo; None where there is no such file (not Linux)."""
-    from pathlib import Path
-
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        return None
-    return "avx512_bf16" in cpuinfo.read_text().split()
+    return packed.cpu_flag("avx512_bf16")
 
 
 def host_supports_bf16() -> bool:
     """This machine can build and run bf16 kernels for itself (its LLVM CPU model and its flags agree)."""
-    from kokoro_tvm.compiler.targets import host_target
-
-    return target_has_bf16(host_target()) and host_has_bf16() is not False
+    return packed.host_supports("avx512bf16", "avx512_bf16")
 
 
 def require_bf16(target) -> None:
@@ -182,12 +171,7 @@ def _dot(lanes: int):
 
 def register_intrinsic(lanes: int = LANES) -> str:
     """Register the (`lanes` x 2) vdpbf16ps step (16: zmm, 8: ymm) with TVM once per process; returns its name."""
-    from tvm import s_tir
-
-    name = INTRIN.format(lanes=lanes)
-    if s_tir.TensorIntrin.get(name, allow_missing=True) is None:
-        s_tir.TensorIntrin.register(name, *_dot(lanes))
-    return name
+    return packed.register_step(INTRIN.format(lanes=lanes), lambda: _dot(lanes))
 
 
 # --- the Relax rewrite -----------------------------------------------------------------------------------------
@@ -218,18 +202,8 @@ def _pack_weights(w: te.Tensor) -> te.Tensor:
 
 
 def _conv(xq: te.Tensor, wq: te.Tensor, dilation: int, tail: int = 0) -> te.Tensor:
-    """The conv over xq's columns; the last `tail` columns are the packing's vector padding, read by no tap."""
-    n, c2_extent, padded, _ = xq.shape
-    o, _, k_extent, _ = wq.shape
-    length = padded - dilation * (k_extent - 1) - tail
-    c2 = te.reduce_axis((0, c2_extent), "c2")
-    k = te.reduce_axis((0, k_extent), "k")
-    p = te.reduce_axis((0, 2), "p")
-    return te.compute(
-        (n, o, length),
-        lambda b, a, t: te.sum(to_float(xq[b, c2, t + k * dilation, p]) * to_float(wq[a, c2, k, p]), axis=[c2, k, p]),
-        name="bf16_conv1d",
-    )
+    """The conv over xq's columns in float32; the last `tail` columns are the packing's vector padding."""
+    return packed.packed_conv(xq, wq, dilation, lambda x, w: to_float(x) * to_float(w), "bf16_conv1d", tail)
 
 
 def convertible(call) -> bool:

@@ -18,15 +18,16 @@ kokoro_tvm.studies.benchmark --conv-peak` times it against PyTorch's int8 conv (
 
 As with bf16, TVM 0.27 cannot emit the instruction: a few lines of LLVM IR define `kokoro_dpbusd{16,8}`, taking
 the operands as int32 vectors by value, and every PrimFunc named after `int8_conv1d` imports them
-(kokoro_tvm.compiler.passes.ImportLLVMKernels); the CPU Contraction rule tensorizes the innermost (16 columns x
+(kokoro_tvm.compiler.packed.ImportLLVMKernels); the CPU Contraction rule tensorizes the innermost (16 columns x
 one quad) step with `kokoro_dpbusd_16x4`.
 """
 
 from __future__ import annotations
 
-import tvm
 from tvm import te
 from tvm.script import tirx as T
+
+from kokoro_tvm.compiler import packed
 
 INTRIN = "kokoro_dpbusd_{lanes}x4"
 LANES = 16  # int32 lanes of one zmm register
@@ -48,25 +49,9 @@ declare {v} {intrinsic}({v}, {v}, {v})
 LLVM_KERNEL = _llvm_kernel(LANES) + _llvm_kernel(LANES // 2)
 
 
-def target_has_vnni(target) -> bool:
-    """True if the LLVM target's CPU has AVX512_VNNI (vpdpbusd on zmm registers)."""
-    target = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
-    if target.kind.name != "llvm":
-        return False
-    from tvm.target import codegen
-
-    return bool(codegen.target_has_features("avx512vnni", target))
-
-
 def host_supports_int8() -> bool:
-    """This machine can build and run the int8 kernel for itself (its LLVM CPU model and its flags agree)."""
-    from pathlib import Path
-
-    from kokoro_tvm.compiler.targets import host_target
-
-    cpuinfo = Path("/proc/cpuinfo")
-    flags = cpuinfo.read_text().split() if cpuinfo.exists() else None
-    return target_has_vnni(host_target()) and (flags is None or "avx512_vnni" in flags)
+    """This machine can build and run the int8 kernel for itself (AVX512_VNNI in its LLVM CPU model and flags)."""
+    return packed.host_supports("avx512vnni", "avx512_vnni")
 
 
 def _dot(lanes: int):
@@ -103,26 +88,9 @@ def _dot(lanes: int):
 
 def register_intrinsic(lanes: int = LANES) -> str:
     """Register the (`lanes` x 4) vpdpbusd step (16: zmm, 8: ymm) with TVM once per process; returns its name."""
-    from tvm import s_tir
-
-    name = INTRIN.format(lanes=lanes)
-    if s_tir.TensorIntrin.get(name, allow_missing=True) is None:
-        s_tir.TensorIntrin.register(name, *_dot(lanes))
-    return name
+    return packed.register_step(INTRIN.format(lanes=lanes), lambda: _dot(lanes))
 
 
 def conv(xq: te.Tensor, wq: te.Tensor, dilation: int) -> te.Tensor:
     """out[n, o, t] = sum i32(xq[n, c4, t + k d, p]) * i32(wq[o, c4, k, p]), int32 (see the module)."""
-    n, c4_extent, padded, _ = xq.shape
-    o, _, k_extent, _ = wq.shape
-    length = padded - dilation * (k_extent - 1)
-    c4 = te.reduce_axis((0, c4_extent), "c4")
-    k = te.reduce_axis((0, k_extent), "k")
-    p = te.reduce_axis((0, 4), "p")
-    return te.compute(
-        (n, o, length),
-        lambda b, a, t: te.sum(
-            xq[b, c4, t + k * dilation, p].astype("int32") * wq[a, c4, k, p].astype("int32"), axis=[c4, k, p]
-        ),
-        name="int8_conv1d",
-    )
+    return packed.packed_conv(xq, wq, dilation, lambda x, w: x.astype("int32") * w.astype("int32"), "int8_conv1d")

@@ -12,7 +12,7 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
              dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
              then tile buffers of symbolic-length functions compacted to a fixed size
              (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, bf16 and int8 convolutions get the
-             LLVM IR of their vdpbf16ps / vpdpbusd steps (passes.ImportLLVMKernels)
+             LLVM IR of their vdpbf16ps / vpdpbusd steps (packed.ImportLLVMKernels)
 5. lower     the backend's dataflow lowering
 6. finalize  the backend's memory planning and VM lowering; the VM's shape functions marked noalias
              (kokoro_tvm.compiler.symbolic.RestrictShapeFunctions)
@@ -56,9 +56,9 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from tvm.s_tir import dlight
 
     from kokoro_tvm.compiler import bf16, int8
+    from kokoro_tvm.compiler.packed import ImportLLVMKernels
     from kokoro_tvm.compiler.passes import (
         AlignConvLengths,
-        ImportLLVMKernels,
         IntegerPowers,
         PolyphaseConvTranspose,
         VectorizableSine,
