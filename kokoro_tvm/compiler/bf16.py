@@ -162,9 +162,15 @@ def _dot(lanes: int):
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:lanes, 0:2], B[0:2])
             T.writes(C[0:lanes])
-            pairs = T.reinterpret(words, A.vload([0, 0], pair_lanes))  # lanes x (channel c, c + 1)
-            weight = T.broadcast(T.reinterpret("int32", B.vload([0], "uint16x2")), lanes)  # one pair, every lane
-            C[T.ramp(0, 1, lanes)] = T.call_pure_extern(vector, extern, C.vload([0], vector), pairs, weight)
+            # the operands as expressions, not named values: a name is a local buffer, which LowerTVMBuiltin
+            # allocates from the workspace pool per tile
+            C[T.ramp(0, 1, lanes)] = T.call_pure_extern(
+                vector,
+                extern,
+                C.vload([0], vector),
+                T.reinterpret(words, A.vload([0, 0], pair_lanes)),  # lanes x (channel c, c + 1)
+                T.broadcast(T.reinterpret("int32", B.vload([0], "uint16x2")), lanes),  # one pair, every lane
+            )
 
     return desc, impl
 

@@ -79,9 +79,15 @@ def _dot(lanes: int):
         with T.sblock("root"):
             T.reads(C[0:lanes], A[0:lanes, 0:4], B[0:4])
             T.writes(C[0:lanes])
-            activations = T.reinterpret(words, A.vload([0, 0], quads))  # lanes x (channels c .. c + 3)
-            weight = T.broadcast(T.reinterpret("int32", B.vload([0], "int8x4")), lanes)  # one quad, every lane
-            C[T.ramp(0, 1, lanes)] = T.call_pure_extern(words, extern, C.vload([0], words), activations, weight)
+            # the operands as expressions, not named values: a name is a local buffer, which LowerTVMBuiltin
+            # allocates from the workspace pool per tile
+            C[T.ramp(0, 1, lanes)] = T.call_pure_extern(
+                words,
+                extern,
+                C.vload([0], words),
+                T.reinterpret(words, A.vload([0, 0], quads)),  # lanes x (channels c .. c + 3)
+                T.broadcast(T.reinterpret("int32", B.vload([0], "int8x4")), lanes),  # one quad, every lane
+            )
 
     return desc, impl
 

@@ -48,14 +48,24 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def interleaved(backends: dict[str, Callable[[], object]], runs: int, warmup: int) -> dict[str, list[float]]:
-    """Every backend once per round (`warmup` untimed rounds first): the seconds of each timed round."""
+# Seconds of idle before each backend's call. A thread pool spins for a while after its work (torch's OpenMP
+# workers, ONNX Runtime's, TVM's) on the cores the next backend starts on: `--conv-peak` timed our int8 conv,
+# which ran straight after PyTorch's, at 502 GOP/s without this pause and at 732 with it (NOTES/performance.md).
+SETTLE_SECONDS = 0.05
+
+
+def interleaved(
+    backends: dict[str, Callable[[], object]], runs: int, warmup: int, settle: float = SETTLE_SECONDS
+) -> dict[str, list[float]]:
+    """Every backend once per round (`warmup` untimed rounds first), `settle` seconds of idle before each
+    call: the seconds of each timed round."""
     for _ in range(warmup):
         for fn in backends.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in backends}
     for _ in range(runs):
         for name, fn in backends.items():
+            time.sleep(settle)
             samples[name].append(_timed(fn))
     return samples
 
