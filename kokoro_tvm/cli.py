@@ -263,7 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     say.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (metal/cuda: where one exists)")
     say.add_argument(
-        "--precision", choices=("fp32", "bf16"), default="fp32", help="TVM's arithmetic (bf16: AVX512_BF16 CPUs)"
+        "--precision",
+        choices=("fp32", "bf16", "int8"),
+        default="fp32",
+        help="TVM's arithmetic (bf16: AVX512_BF16 CPUs; int8: the generator's resblocks in int8, AVX512_VNNI)",
     )
     say.set_defaults(func=cmd_say)
 
@@ -296,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="default",
         help="as for say: 'default' (= dynamic, 5 symbolic builds), 'bucketed', a set name or 'tokens=..;frames=..'",
     )
-    compile_.add_argument("--precision", choices=("fp32", "fp64", "bf16"), default="fp32")
+    compile_.add_argument("--precision", choices=("fp32", "fp64", "bf16", "int8"), default="fp32")
     compile_.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
     compile_.set_defaults(func=cmd_compile)
 
@@ -304,7 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--text", required=True)
     compare.add_argument("--voice", default=DEFAULT_VOICE)
     compare.add_argument(
-        "--precision", choices=("fp32", "fp64", "bf16"), default="fp32", help="bf16: against pt.dynamic in fp32"
+        "--precision",
+        choices=("fp32", "fp64", "bf16", "int8"),
+        default="fp32",
+        help="bf16, int8: against pt.dynamic in fp32",
     )
     compare.add_argument("--seed", type=int, default=0, help="seed of the SineGen noise both backends get")
     compare.add_argument("--bucket", type=int, help="pad the aligned-frame axis to N frames (default: exact)")
@@ -337,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--precision",
         default="fp32",
-        help="TVM's arithmetic, comma-separated for several in the same rounds (fp32, bf16; default fp32)",
+        help="TVM's arithmetic, comma-separated for several in the same rounds (fp32, bf16, int8; default fp32)",
     )
     bench.add_argument(
         "--peers",

@@ -4,7 +4,7 @@ above both: synthesis, the evaluation, the studies and the tests.
 
 - `check_device`: a device takes the dtype (a compiler fact) and exists here (a runtime fact), one clear error;
   `check_precision`: likewise for a reduced-precision build (bf16: AVX512_BF16); `resolve_precision`: what the
-  command line's `--precision` fp32 / fp64 / bf16 means.
+  command line's `--precision` fp32 / fp64 / bf16 / int8 means.
 - `compiled_kokoro`: a runtime.kokoro.TVMKokoro whose artifacts the compiler builds on demand.
 - `compile_and_load`: any Relax module -> a runtime.vm.VMRunner (our pipeline, or stock TVM's for the probes).
 """
@@ -23,11 +23,16 @@ from kokoro_tvm.runtime.kokoro import TVMKokoro
 from kokoro_tvm.runtime.vm import VMRunner
 
 # What `--precision` names: the model's dtype and the build's arithmetic (kokoro_tvm.components.PRECISIONS).
-PRECISION_CHOICES = {"fp32": ("float32", "full"), "fp64": ("float64", "full"), "bf16": ("float32", "bf16")}
+PRECISION_CHOICES = {
+    "fp32": ("float32", "full"),
+    "fp64": ("float64", "full"),
+    "bf16": ("float32", "bf16"),
+    "int8": ("float32", "int8"),
+}
 
 
 def resolve_precision(name: str) -> tuple[str, str]:
-    """`--precision` fp32 / fp64 / bf16 -> (dtype, arithmetic)."""
+    """`--precision` fp32 / fp64 / bf16 / int8 -> (dtype, arithmetic)."""
     if name not in PRECISION_CHOICES:
         raise ValueError(f"precision must be one of {', '.join(PRECISION_CHOICES)}, got {name!r}")
     return PRECISION_CHOICES[name]
@@ -42,17 +47,24 @@ def check_device(device: str, dtype: str) -> None:
 
 def check_precision(precision: str, device: str = "cpu", target: dict | None = None) -> None:
     """Before anything is built: `precision` exists and the device's target can run it (bf16: an x86 CPU with
-    AVX512_BF16, this one included when it is the target), one clear error."""
+    AVX512_BF16, this one included when it is the target; int8: AVX512_VNNI as well), one clear error."""
     from kokoro_tvm.components import PRECISIONS
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "bf16":
+    if precision in ("bf16", "int8"):
         from kokoro_tvm.compiler.bf16 import Bf16Unsupported, require_bf16
 
         if device != "cpu":
-            raise Bf16Unsupported(f"bf16 builds are for the CPU (AVX512_BF16), not {device}: use --precision fp32")
+            raise Bf16Unsupported(
+                f"{precision} builds are for the CPU (AVX512_BF16, int8: AVX512_VNNI), not {device}: "
+                "use --precision fp32"
+            )
         require_bf16(target or host_target())
+    if precision == "int8":
+        from kokoro_tvm.compiler.int8 import require_int8
+
+        require_int8(target or host_target())
 
 
 def compiled_kokoro(

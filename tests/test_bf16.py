@@ -248,7 +248,7 @@ def test_bf16_build_specs_keep_float32_keys_and_share_unreduced_components():
         (["say", "Hello.", "--backend", "tvm", "--precision", "bf16"], "does not report"),
         (["say", "Hello.", "--backend", "torch", "--precision", "bf16"], "tvm backend only"),
         (["compile", "--precision", "bf16"], "does not report"),
-        (["bench", "--precision", "bf16,fp16"], "fp32 and/or bf16"),
+        (["bench", "--precision", "bf16,fp16"], "fp32, bf16, int8"),
         (["bench", "--peers", "torch,tensorflow"], "peers are distinct names"),
     ],
 )

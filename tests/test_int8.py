@@ -56,3 +56,137 @@ def test_the_int8_kernel_is_vpdpbusd_with_the_tile_in_registers():
     count, stores = hot_loop(asm, "vpdpbusd")
     assert count >= 8
     assert stores == []
+
+
+# --- the int8 build: Int8Convolutions (per-call channel ranges folded into the weights) ------------------------
+
+
+def _float_conv_module(channels: int, out_channels: int, taps: int, dilation: int, steps):
+    """conv1d + bias over `steps` (a number, or 16 * k with the tile count k as a last input), float32."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, channels, steps), "float32"))
+    w = relax.Var("w", relax.TensorType((out_channels, channels, taps), "float32"))
+    b = relax.Var("b", relax.TensorType((1, out_channels, 1), "float32"))
+    symbolic = not isinstance(steps, int)
+    tiles = [relax.Var("tiles", relax.ShapeType(list(tvm.tirx.analysis.undefined_vars(steps))))] if symbolic else []
+    with bb.function("main", [x, w, b, *tiles]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv1d(x, w, padding=dilation * (taps - 1) // 2, dilation=dilation))
+            out = bb.emit_output(relax.op.add(y, b))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _emulated(x, w, b, dilation: int):
+    """The study's int8_channel rounding (kokoro_tvm.studies.precision), then the conv in float64: what the build
+    must compute."""
+    import torch
+
+    from kokoro_tvm.studies.precision import EMULATIONS
+
+    xr, wr = EMULATIONS["int8_channel"](torch.from_numpy(x).double(), torch.from_numpy(w).double(), 0)
+    pad = dilation * (w.shape[2] - 1) // 2
+    return (torch.nn.functional.conv1d(xr, wr, padding=pad, dilation=dilation) + torch.from_numpy(b)).numpy()
+
+
+def _operands(rng, channels: int, out_channels: int, taps: int, steps: int):
+    x = (rng.standard_normal((1, channels, steps)) * rng.uniform(0.1, 3.0, (1, channels, 1))).astype(np.float32)
+    x[0, 1] = np.abs(x[0, 1]) + 0.5  # positive throughout: the range is widened to hold 0 (the padding)
+    x[0, 2] = 0.0  # zero throughout: any scale represents it
+    w = (rng.standard_normal((out_channels, channels, taps)) * 0.1).astype(np.float32)
+    return x, w, rng.standard_normal((1, out_channels, 1)).astype(np.float32)
+
+
+# Against the emulation the build differs by float32 rounding of the scale products and the dequantization
+# (about 1e-7 relative) and by the rare value that lands on a rounding tie one way in float32 and the other in
+# float64 (one uint8 step of one input); 1e-4 of the output's norm holds both with margin. Against the float
+# conv, int8 is off by ~1%: the same bound would fail if the rewrite left the conv in float32.
+EMULATION_BOUND = 1e-4
+
+
+@needs_vnni
+def test_the_int8_rewrite_computes_the_studys_int8_channel_conv():
+    from kokoro_tvm.compiled import compile_and_load
+
+    x, w, b = _operands(np.random.default_rng(5), 32, 48, 7, 100)  # 100: padded to whole column tiles
+    rewritten = int8.Int8Convolutions()(_float_conv_module(32, 48, 7, 3, 100))
+    assert "int8_conv1d" in rewritten.script()
+    (got,) = compile_and_load(rewritten)(x, w, b)
+    expected = _emulated(x, w, b, 3)
+    assert got.shape == expected.shape
+    assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < EMULATION_BOUND
+    exact = _emulated_float(x, w, b, 3)
+    assert np.linalg.norm(got - exact) / np.linalg.norm(exact) > 10 * EMULATION_BOUND  # int8 really
+
+
+def _emulated_float(x, w, b, dilation: int):
+    import torch
+
+    pad = dilation * (w.shape[2] - 1) // 2
+    y = torch.nn.functional.conv1d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), padding=pad,
+                                   dilation=dilation)
+    return (y + torch.from_numpy(b)).numpy()
+
+
+@needs_vnni
+def test_a_symbolic_length_int8_conv_runs_every_tile_count():
+    from kokoro_tvm.compiler.pipeline import compile_relax
+
+    k = tvm.tirx.Var("k", "int64")
+    executable = compile_relax(int8.Int8Convolutions()(_float_conv_module(16, 16, 3, 1, k * 16)), host_target())
+    assert re.search(r"vpdpbusd\s.*%zmm", executable_asm(executable))
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    rng = np.random.default_rng(6)
+    for tiles in (1, 3):
+        x, w, b = _operands(rng, 16, 16, 3, 16 * tiles)
+        arrays = [tvm.runtime.tensor(a) for a in (x, w, b)]
+        got = vm["main"](*arrays, tvm.runtime.ShapeTuple([tiles])).numpy()
+        expected = _emulated(x, w, b, 1)
+        assert got.shape == expected.shape
+        assert np.linalg.norm(got - expected) / np.linalg.norm(expected) < EMULATION_BOUND
+
+
+def test_only_selected_convs_with_channel_quads_become_int8():
+    from kokoro_tvm.compiler.bf16 import selected_by_name
+
+    mod = _float_conv_module(32, 48, 7, 3, 64)
+    assert "int8_conv1d" not in int8.Int8Convolutions(selected_by_name(["decoder.generator."]))(mod).script()
+    assert "int8_conv1d" not in int8.Int8Convolutions()(_float_conv_module(6, 8, 3, 1, 64)).script()  # 6 % 4
+
+
+def test_int8_builds_take_the_resblocks_and_leave_the_rest_to_bf16():
+    from kokoro_tvm.compiler.build import BuildSpec, _key_fields, bucket_specs
+    from kokoro_tvm.compiler.pipeline import precision_passes
+    from kokoro_tvm.components import build_precision
+    from kokoro_tvm.runtime.buckets import parse_buckets
+
+    specs = bucket_specs(parse_buckets("default"), precision="int8")
+    assert {s.component: s.precision for s in specs} == {
+        "albert": "full", "duration": "full", "f0n": "full", "text_encoder": "bf16", "decoder": "int8"
+    }
+    assert build_precision("text_encoder", "int8") == "bf16"  # the bf16 runtime's artifact, shared
+    names = [p.info.name for p in precision_passes("decoder", "int8")]
+    assert names.index("Int8Convolutions") < names.index("Bf16Convolutions")
+    target = {"kind": "llvm", "mcpu": "znver4"}
+    keys = [_key_fields(BuildSpec.dynamic("decoder", precision=p), "w", target) for p in ("bf16", "int8")]
+    assert keys[0] != keys[1] and keys[1]["int8_kernel"] == int8.KERNEL_VERSION
+
+
+def test_a_target_without_avx512_vnni_is_refused_in_one_line():
+    with pytest.raises(int8.Int8Unsupported, match="AVX512_VNNI") as caught:
+        int8.require_int8({"kind": "llvm", "mcpu": "skylake-avx512"})  # AVX-512, no VNNI
+    assert "\n" not in str(caught.value)
+    int8.require_int8({"kind": "llvm", "mcpu": "cascadelake"})  # VNNI: no error
+
+
+def test_int8_on_a_cpu_without_vnni_is_refused_before_any_work(capsys, tmp_path, monkeypatch):
+    from kokoro_tvm.cli import main
+    from kokoro_tvm.compiler import packed
+
+    flags = packed.cpu_flag
+    monkeypatch.setattr(packed, "cpu_flag", lambda flag: False if flag == "avx512_vnni" else flags(flag))
+    monkeypatch.setenv("KOKORO_TVM_CACHE", str(tmp_path / "cache"))
+    assert main(["-q", "compile", "--precision", "int8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kokoro-tvm: error:") and "AVX512_VNNI" in err and "\n" not in err, err
+    assert not (tmp_path / "cache" / "artifacts").exists()

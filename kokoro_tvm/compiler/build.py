@@ -144,9 +144,11 @@ def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict
     if spec.precision == "full":
         del shape["precision"]  # likewise
     else:
-        from kokoro_tvm.compiler.bf16 import KERNEL_VERSION
+        from kokoro_tvm.compiler import bf16, int8
 
-        shape["reduced_kernel"] = KERNEL_VERSION
+        shape["reduced_kernel"] = bf16.KERNEL_VERSION
+        if spec.precision == "int8":
+            shape["int8_kernel"] = int8.KERNEL_VERSION
     return dict(
         shape,
         weights=weights_fingerprint,
@@ -210,10 +212,14 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     import torch
 
     check_dtype(spec.dtype, target["kind"])
-    if spec.precision == "bf16":
+    if spec.precision in ("bf16", "int8"):
         from kokoro_tvm.compiler.bf16 import require_bf16
 
         require_bf16(target)
+    if spec.precision == "int8":
+        from kokoro_tvm.compiler.int8 import require_int8
+
+        require_int8(target)
     log.info(
         "building %s (%s, length %s%d, batch %d) for %s",
         spec.component,

@@ -11,10 +11,20 @@ The layout mirrors kokoro_tvm.compiler.bf16 with the input channels taken in fou
 - weights wq[o, c/4, k, 4] int8 (one quad is 32 bits: broadcast to every lane);
 - out[n, o, t] = sum_{c4, k, p} i32(xq[n, c4, t + k d, p]) * i32(wq[o, c4, k, p]) in int32.
 
-This is the kernel of the `int8_channel` plan that kokoro_tvm.studies.precision measures (activation scales per
-input channel folded into the weights, so one integer reduction suffices); no build uses it yet: the
-per-call range and folding passes are not written (NOTES/performance.md). `python -m
-kokoro_tvm.studies.benchmark --conv-peak` times it against PyTorch's int8 conv (FBGEMM).
+`Int8Convolutions(select)` rewrites the float32 conv1d calls `select` accepts into the `int8_channel` plan that
+kokoro_tvm.studies.precision measures, per call:
+
+- each input channel's range over the call, widened to hold 0: lo[c] <= 0 <= hi[c]; scale s[c] = (hi - lo) / 255
+  and zero point z[c] = round(-lo / s), so q = round(x / s) + z is uint8 and the conv's zero padding is z exactly;
+- the scales folded into the weights, w'[o, c, k] = w[o, c, k] s[c], rounded to int8 per output channel:
+  wq = round(w' / r[o]), r[o] = max |w'[o]| / 127;
+- acc[o, t] = sum wq[o, c, k] q[c, t + k d] (this kernel), and out[o, t] = r[o] (acc[o, t] - sum_{c, k} wq[o, c, k]
+  z[c]): one int32 reduction and a per-output-channel correction, the bf16 kernel's shape.
+
+The per-call work besides the conv is two passes over the input (range, packing) and O x C x K on the weights.
+Which convs is the registry's `INT8_CONVOLUTIONS` (the generator's resblocks, 91% of the conv multiply-adds).
+`python -m kokoro_tvm.studies.benchmark --conv-peak` times the kernel alone against PyTorch's int8 conv
+(FBGEMM).
 
 As with bf16, TVM 0.27 cannot emit the instruction: a few lines of LLVM IR define `kokoro_dpbusd{16,8}`, taking
 the operands as int32 vectors by value, and every PrimFunc named after `int8_conv1d` imports them
@@ -24,10 +34,16 @@ one quad) step with `kokoro_dpbusd_16x4`.
 
 from __future__ import annotations
 
-from tvm import te
+import tvm
+from tvm import relax, te, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler import packed
+from kokoro_tvm.compiler.passes import alignment_pad, parameter_names, slice_last_axis
+
+# Bump when the int8 rewrite or kernel changes what an int8 build computes or how (part of int8 artifacts' keys).
+KERNEL_VERSION = 1
 
 INTRIN = "kokoro_dpbusd_{lanes}x4"
 LANES = 16  # int32 lanes of one zmm register
@@ -52,6 +68,29 @@ LLVM_KERNEL = _llvm_kernel(LANES) + _llvm_kernel(LANES // 2)
 def host_supports_int8() -> bool:
     """This machine can build and run the int8 kernel for itself (AVX512_VNNI in its LLVM CPU model and flags)."""
     return packed.host_supports("avx512vnni", "avx512_vnni")
+
+
+class Int8Unsupported(ValueError):
+    """An int8 build for a target (or a run on a CPU) without AVX512_VNNI."""
+
+
+def require_int8(target) -> None:
+    """Refuse (Int8Unsupported, one line) a target without AVX512_VNNI, and a host target on a CPU whose flags
+    lack it. An int8 build also has bf16 layers: callers check those with bf16.require_bf16."""
+    from kokoro_tvm.compiler.targets import host_target
+
+    if not packed.target_has_feature(target, "avx512vnni"):
+        described = target.get("mcpu", target.get("kind")) if isinstance(target, dict) else str(target)
+        raise Int8Unsupported(
+            f"int8 builds need an x86 CPU with AVX512_VNNI (vpdpbusd); the target {described} has none: "
+            "use --precision bf16 or fp32"
+        )
+    mcpu = target.get("mcpu") if isinstance(target, dict) else None
+    if mcpu == host_target().get("mcpu") and packed.cpu_flag("avx512_vnni") is False:
+        raise Int8Unsupported(
+            "int8 builds need AVX512_VNNI (vpdpbusd), which this CPU does not report in /proc/cpuinfo: "
+            "use --precision bf16 or fp32"
+        )
 
 
 def _dot(lanes: int):
@@ -97,6 +136,142 @@ def register_intrinsic(lanes: int = LANES) -> str:
     return packed.register_step(INTRIN.format(lanes=lanes), lambda: _dot(lanes))
 
 
-def conv(xq: te.Tensor, wq: te.Tensor, dilation: int) -> te.Tensor:
-    """out[n, o, t] = sum i32(xq[n, c4, t + k d, p]) * i32(wq[o, c4, k, p]), int32 (see the module)."""
-    return packed.packed_conv(xq, wq, dilation, lambda x, w: x.astype("int32") * w.astype("int32"), "int8_conv1d")
+def conv(xq: te.Tensor, wq: te.Tensor, dilation: int, tail: int = 0) -> te.Tensor:
+    """out[n, o, t] = sum i32(xq[n, c4, t + k d, p]) * i32(wq[o, c4, k, p]), int32 (see the module); the last
+    `tail` columns of xq are vector padding."""
+    return packed.packed_conv(
+        xq, wq, dilation, lambda x, w: x.astype("int32") * w.astype("int32"), "int8_conv1d", tail
+    )
+
+
+# --- the Relax rewrite -----------------------------------------------------------------------------------------
+
+UINT8_MAX = 255.0
+INT8_MAX = 127.0
+TINY = 1e-12  # a channel (or weight row) that is zero throughout: any positive scale represents it exactly
+
+
+def _pack_activation(x: te.Tensor, inverse: te.Tensor, zero: te.Tensor, left: int, right: int) -> te.Tensor:
+    """x [n, c, t] float32 -> [n, c/4, left + t + right] uint32 words, byte p of word (c4, s) the uint8
+    round(x[4 c4 + p] / scale) + zero (clamped to 0..255), the zero point itself in the padding; viewed as
+    uint8 [.., 4] this is the kernel's quad layout (written as words, the loop runs along time and vectorizes,
+    as bf16's packing)."""
+    n, c, t = x.shape
+
+    def byte(b, channel, s):
+        inside = tirx.all(s >= left, s < t + left)
+        q = tirx.round(x[b, channel, s - left] * inverse[channel]) + zero[channel]
+        q = tirx.if_then_else(inside, tirx.min(tirx.max(q, tirx.const(0.0, "float32")), UINT8_MAX), zero[channel])
+        return q.astype("int32").astype("uint32")
+
+    def pack(b, c4, s):
+        word = byte(b, c4 * 4, s)
+        for p in range(1, 4):
+            word = tirx.bitwise_or(word, tirx.shift_left(byte(b, c4 * 4 + p, s), tirx.const(8 * p, "uint32")))
+        return word
+
+    return te.compute((n, c // 4, t + left + right), pack, name="int8_pack_x")
+
+
+def _pack_weights(folded: te.Tensor, row_scale: te.Tensor) -> te.Tensor:
+    """w' [o, c, k] float32 -> [o, c/4, k, 4] int8, round(w' / r[o])."""
+    o, c, k = folded.shape
+
+    def quantize(a, c4, j, p):
+        q = tirx.round(folded[a, c4 * 4 + p, j] / row_scale[a])
+        return tirx.min(tirx.max(q, -INT8_MAX), INT8_MAX).astype("int32").astype("int8")
+
+    return te.compute((o, c // 4, k, 4), quantize, name="int8_pack_w")
+
+
+def _zero_correction(wq: te.Tensor, zero: te.Tensor) -> te.Tensor:
+    """corr[o] = sum_{c, k} wq[o, c, k] z[c] (int32): what the zero points add to every output of channel o."""
+    o, c4, k, _ = wq.shape
+    g, j, p = te.reduce_axis((0, c4), "g"), te.reduce_axis((0, k), "j"), te.reduce_axis((0, 4), "p")
+    return te.compute(
+        (o,),
+        lambda a: te.sum(wq[a, g, j, p].astype("int32") * zero[g * 4 + p].astype("int32"), axis=[g, j, p]),
+        name="int8_zero_correction",
+    )
+
+
+def _dequantize(acc: te.Tensor, correction: te.Tensor, row_scale: te.Tensor) -> te.Tensor:
+    """out[n, o, t] = r[o] (acc[n, o, t] - corr[o]) in float32 (the conv kernel's per-tile epilogue)."""
+    return te.compute(
+        acc.shape,
+        lambda b, a, t: (acc[b, a, t] - correction[a]).astype("float32") * row_scale[a],
+        name="int8_dequantize",
+    )
+
+
+def convertible(call) -> bool:
+    """A float32 conv1d (NCW / OIW, stride 1, one group, input channels a multiple of 4, static weights)."""
+    from kokoro_tvm.compiler.bf16 import convertible as bf16_convertible
+
+    try:
+        channels = int(call.args[1].ty.shape[1])
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return bf16_convertible(call) and channels % 4 == 0
+
+
+@mutator
+class _Int8ConvRewriter(PyExprMutator):
+    def __init__(self, mod, select):
+        super().__init__(mod)
+        self.select, self.rewritten = select, 0
+        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
+
+    def _emit(self, expr):
+        return self.builder_.emit(expr)
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not call.op.same_as(self.conv1d) or not convertible(call):
+            return call
+        if not self.select(parameter_names(self, call.args[1])):
+            return call
+        op, f32 = relax.op, lambda v: relax.const(v, "float32")
+        left, right = (int(v) for v in call.attrs.padding)
+        (dilation,) = (int(v) for v in call.attrs.dilation)
+        x, w = call.args
+        # the channel ranges of this call, widened to hold 0 (the padding)
+        low = self._emit(op.minimum(op.min(x, axis=[0, 2]), f32(0.0)))
+        high = self._emit(op.maximum(op.max(x, axis=[0, 2]), f32(0.0)))
+        scale = self._emit(op.divide(op.maximum(op.subtract(high, low), f32(TINY)), f32(UINT8_MAX)))
+        inverse = self._emit(op.divide(f32(1.0), scale))
+        zero = self._emit(op.round(op.multiply(op.negative(low), inverse)))
+        # the scales folded into the weights, rounded per output channel
+        folded = self._emit(op.multiply(w, op.reshape(scale, [1, -1, 1])))
+        row_scale = self._emit(
+            op.divide(op.maximum(op.max(op.abs(folded), axis=[1, 2]), f32(TINY)), f32(INT8_MAX))
+        )
+        wq = self.builder_.emit_te(_pack_weights, folded, row_scale, primfunc_name_hint="int8_pack_w")
+        correction = self.builder_.emit_te(_zero_correction, wq, zero, primfunc_name_hint="int8_zero_correction")
+        length = x.ty.shape[2] + left + right - dilation * (int(w.ty.shape[2]) - 1)
+        extra = alignment_pad(length)  # whole column tiles, as for the bf16 and float32 convs
+        tail = alignment_pad(x.ty.shape[2] + left + right + extra, LANES)  # whole vectors of words: the packing
+        words = self.builder_.emit_te(
+            _pack_activation, x, inverse, zero, left, right + extra + tail, primfunc_name_hint="int8_pack_x"
+        )
+        n, quads, padded = words.ty.shape
+        xq = self._emit(relax.op.memory.view(words, relax.ShapeExpr([n, quads, padded, 4]), "uint8"))
+        acc = self.builder_.emit_te(conv, xq, wq, dilation, tail, primfunc_name_hint="int8_conv1d")
+        out = self.builder_.emit_te(_dequantize, acc, correction, row_scale, primfunc_name_hint="int8_dequantize")
+        self.rewritten += 1
+        return slice_last_axis(out, 0, length) if extra else out
+
+
+def Int8Convolutions(select=lambda parameters: True):  # noqa: N802 (TVM pass naming)
+    """Every convertible float32 conv1d whose weight's parameter names `select` accepts, as the per-call
+    int8_channel conv (see the module)."""
+
+    @tvm.transform.module_pass(opt_level=0, name="Int8Convolutions")
+    def _pass(mod, _ctx):
+        rewriter = _Int8ConvRewriter(mod, select)
+        for gvar, func in list(mod.functions_items()):
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        return rewriter.builder_.get()
+
+    return _pass

@@ -133,17 +133,20 @@ def precision_passes(component: str, precision: str) -> list:
     """Rewrites that set a component's arithmetic, run before lifting (kokoro_tvm.compiler.bf16): none for "full";
     for bf16 the registry's BF16_CONVOLUTIONS of `component` (conv-transposes made plain convs first), and the
     Snake activations feeding them with a float32 sine."""
-    from kokoro_tvm.components import BF16_CONVOLUTIONS, PRECISIONS
+    from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, PRECISIONS
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision == "full" or component not in BF16_CONVOLUTIONS:
         return []
     from kokoro_tvm.compiler.bf16 import Bf16Convolutions, Bf16SnakeSine, selected_by_name
+    from kokoro_tvm.compiler.int8 import Int8Convolutions
     from kokoro_tvm.compiler.passes import PolyphaseConvTranspose
 
     prefixes = BF16_CONVOLUTIONS[component]
-    return [PolyphaseConvTranspose(), Bf16Convolutions(selected_by_name(prefixes)), Bf16SnakeSine(prefixes)]
+    # int8 first: what it rewrites is no longer a float32 conv that the bf16 rewrite would take
+    int8 = [Int8Convolutions(selected_by_name(INT8_CONVOLUTIONS.get(component, ())))] if precision == "int8" else []
+    return [PolyphaseConvTranspose(), *int8, Bf16Convolutions(selected_by_name(prefixes)), Bf16SnakeSine(prefixes)]
 
 
 def lift_weight_transforms(mod, component: str | None = None, precision: str = "full"):

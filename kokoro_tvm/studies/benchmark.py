@@ -10,8 +10,9 @@ rounds, with the spread (min, max) of the timed rounds.
   padding to whole 8-step tiles included in the time), the chosen bucket set (`buckets="bucketed"`) or at exact lengths
   (`buckets="exact"`), host steps included, TVM's pool set to `threads`. Several policies, comma-separated
   (`"dynamic,bucketed,exact"`), are all timed in the same rounds: `tvm_s` is the first, `tvm_policies` has each
-  one's median, spread and shapes. `precisions="fp32,bf16"` adds TVM's bf16 build (kokoro_tvm.compiler.bf16) to
-  the same rounds: variant names `tvm[bf16]`, `tvm[bucketed,bf16]`; the first precision and policy are `tvm`.
+  one's median, spread and shapes. `precisions="fp32,bf16,int8"` adds TVM's bf16 build (kokoro_tvm.compiler.bf16)
+  and int8 build (compiler.int8) to the same rounds: variant names `tvm[bf16]`, `tvm[bucketed,int8]`; the first
+  precision and policy are `tvm`.
 - per_component: each compiled component against the same component graph in torch eager (the padding-invariant
   wrappers TVM compiles), on the inputs the TVM run actually fed it.
 - gflop_per_audio_s: torch's FlopCounterMode over the stock forward (convolutions and matmuls), per second of
@@ -40,6 +41,9 @@ DEFAULT_TEXT = (
     "The old lighthouse keeper climbed the spiral stairs every evening, counting each step aloud, "
     "and when he reached the lamp he wiped the glass until it shone like the morning sea."
 )
+
+
+BENCH_PRECISIONS = ("fp32", "bf16", "int8")  # --precision values bench times (fp64 is for parity, not speed)
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -136,8 +140,8 @@ def bench(
     if not policies or len(set(policies)) != len(policies):
         raise ValueError(f"--buckets takes one or more distinct policies, comma-separated; got {buckets!r}")
     arithmetics = [p.strip() for p in precisions.split(",") if p.strip()]
-    if not arithmetics or len(set(arithmetics)) != len(arithmetics) or not set(arithmetics) <= {"fp32", "bf16"}:
-        raise ValueError(f"--precision takes fp32 and/or bf16, comma-separated; got {precisions!r}")
+    if not arithmetics or len(set(arithmetics)) != len(arithmetics) or not set(arithmetics) <= set(BENCH_PRECISIONS):
+        raise ValueError(f"--precision takes {', '.join(BENCH_PRECISIONS)}, comma-separated; got {precisions!r}")
     bucket_sets = {p: None if p == "exact" else parse_buckets(p) for p in policies}  # bad specs fail first
     for name in arithmetics:
         check_precision(resolve_precision(name)[1])  # a CPU without bf16: one line, before any work
@@ -349,8 +353,8 @@ def conv_peak(
     """GFLOP/s of one conv1d shape (default: the generator's dominant layer, 128 -> 128 channels, kernel 7,
     dilation 3, `steps` samples) in torch (oneDNN) and in our TVM build, in float32 and, on a CPU with
     AVX512_BF16, in bf16 (torch on bf16 tensors; ours: kokoro_tvm.compiler.bf16), and in int8 (GOP/s: PyTorch's
-    FBGEMM conv; on a CPU with AVX512_VNNI our kernel alone, kokoro_tvm.compiler.int8, on random packed operands:
-    no build uses it yet): the practical compute limit for the decoder, `tvm_bf16_vs_torch_bf16` and
+    FBGEMM conv; on a CPU with AVX512_VNNI our kernel alone, kokoro_tvm.compiler.int8, on random packed
+    operands): the practical compute limit for the decoder, `tvm_bf16_vs_torch_bf16` and
     `tvm_int8_vs_torch_int8`, our kernels' shares of the library rates."""
     import torch
     from tvm import relax

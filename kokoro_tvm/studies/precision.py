@@ -18,8 +18,8 @@ input and weight, in float32:
 audio SNR and log-mel distance against the all-float32 run; `group_budget` does the same for groups of layers
 (the sets a build can choose), adding PESQ-WB / STOI; `plan_comparison` scores whole assignments of layer groups
 to precisions on many texts. The registry's `BF16_CONVOLUTIONS` (kokoro_tvm.components) holds the groups the bf16
-measurement admitted; no build is int8 (NOTES/performance.md: what these measurements allow and what a
-kernel would need).
+measurement admitted, and `INT8_CONVOLUTIONS` the int8 bulk that `--precision int8` builds (kokoro_tvm.compiler.int8,
+the int8_channel rounding above).
 
     python -m kokoro_tvm.studies.precision [--text ...] [--layers [--kind int8_step]] [--int8 [--corpus N]]
 """
