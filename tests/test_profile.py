@@ -39,9 +39,14 @@ def test_kernel_split_groups_fused_names_by_what_they_do():
         "fused_conv1d24_add64_where14_pad": 0.5,  # an fp32 conv with the elementwise work before it fused in
         "fused_expand_dims26_split5_tir_rsqrt6_multiply76_bf16_pack_x19": 0.125,
         "bf16_pack_w": 0.0625,
+        "fused_int8_conv1d9_int8_dequantize6_add76": 0.5,  # the int8 conv, its dequantization in the epilogue
+        "int8_pack_x6": 0.25,
+        "int8_range3": 0.125,
         "fused_lstm_step": 2.0,
         "vm.builtin.alloc_storage": 1.0,
     }
     split = kernel_split(times)
-    assert split == {"convolution": 0.75, "bf16 packing": 0.1875, "other": 3.0}
+    assert split == {
+        "convolution": 1.25, "bf16 packing": 0.1875, "int8 packing": 0.25, "int8 ranges": 0.125, "other": 3.0
+    }
     assert sum(split.values()) == sum(times.values())

@@ -35,7 +35,7 @@ one quad) step with `kokoro_dpbusd_16x4`.
 from __future__ import annotations
 
 import tvm
-from tvm import relax, te, tirx
+from tvm import relax, te, tirx, topi
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.script import tirx as T
 
@@ -173,26 +173,25 @@ def _pack_activation(x: te.Tensor, inverse: te.Tensor, zero: te.Tensor, left: in
     return te.compute((n, c // 4, t + left + right), pack, name="int8_pack_x")
 
 
-def _pack_weights(folded: te.Tensor, row_scale: te.Tensor) -> te.Tensor:
-    """w' [o, c, k] float32 -> [o, c/4, k, 4] int8, round(w' / r[o])."""
+def _pack_weights(folded: te.Tensor, row_scale: te.Tensor, zero: te.Tensor) -> list[te.Tensor]:
+    """w' [o, c, k] float32 -> ([o, c/4, k, 4] int8 round(w' / r[o]), corr [o] int32 = sum_{c, k} wq[o, c, k]
+    z[c], what the zero points add to every output of channel o). One function with two outputs: a reduction
+    of its own would fuse with the dequantization that reads it, and the dequantization then left the conv's
+    epilogue (the conv wrote int32 and a second pass read it)."""
     o, c, k = folded.shape
 
     def quantize(a, c4, j, p):
         q = tirx.round(folded[a, c4 * 4 + p, j] / row_scale[a])
         return tirx.min(tirx.max(q, -INT8_MAX), INT8_MAX).astype("int32").astype("int8")
 
-    return te.compute((o, c // 4, k, 4), quantize, name="int8_pack_w")
-
-
-def _zero_correction(wq: te.Tensor, zero: te.Tensor) -> te.Tensor:
-    """corr[o] = sum_{c, k} wq[o, c, k] z[c] (int32): what the zero points add to every output of channel o."""
-    o, c4, k, _ = wq.shape
-    g, j, p = te.reduce_axis((0, c4), "g"), te.reduce_axis((0, k), "j"), te.reduce_axis((0, 4), "p")
-    return te.compute(
+    wq = te.compute((o, c // 4, k, 4), quantize, name="int8_pack_w")
+    g, j, p = te.reduce_axis((0, c // 4), "g"), te.reduce_axis((0, k), "j"), te.reduce_axis((0, 4), "p")
+    correction = te.compute(
         (o,),
         lambda a: te.sum(wq[a, g, j, p].astype("int32") * zero[g * 4 + p].astype("int32"), axis=[g, j, p]),
         name="int8_zero_correction",
     )
+    return [wq, correction]
 
 
 def _dequantize(acc: te.Tensor, correction: te.Tensor, row_scale: te.Tensor) -> te.Tensor:
@@ -236,8 +235,10 @@ class _Int8ConvRewriter(PyExprMutator):
         (dilation,) = (int(v) for v in call.attrs.dilation)
         x, w = call.args
         # the channel ranges of this call, widened to hold 0 (the padding)
-        low = self._emit(op.minimum(op.min(x, axis=[0, 2]), f32(0.0)))
-        high = self._emit(op.maximum(op.max(x, axis=[0, 2]), f32(0.0)))
+        lowest = self.builder_.emit_te(topi.min, x, axis=[0, 2], primfunc_name_hint="int8_range")
+        highest = self.builder_.emit_te(topi.max, x, axis=[0, 2], primfunc_name_hint="int8_range")
+        low = self._emit(op.minimum(lowest, f32(0.0)))
+        high = self._emit(op.maximum(highest, f32(0.0)))
         scale = self._emit(op.divide(op.maximum(op.subtract(high, low), f32(TINY)), f32(UINT8_MAX)))
         inverse = self._emit(op.divide(f32(1.0), scale))
         zero = self._emit(op.round(op.multiply(op.negative(low), inverse)))
@@ -246,8 +247,9 @@ class _Int8ConvRewriter(PyExprMutator):
         row_scale = self._emit(
             op.divide(op.maximum(op.max(op.abs(folded), axis=[1, 2]), f32(TINY)), f32(INT8_MAX))
         )
-        wq = self.builder_.emit_te(_pack_weights, folded, row_scale, primfunc_name_hint="int8_pack_w")
-        correction = self.builder_.emit_te(_zero_correction, wq, zero, primfunc_name_hint="int8_zero_correction")
+        packed_weights = self.builder_.emit_te(_pack_weights, folded, row_scale, zero, primfunc_name_hint="int8_pack_w")
+        wq = self._emit(relax.TupleGetItem(packed_weights, 0))
+        correction = self._emit(relax.TupleGetItem(packed_weights, 1))
         length = x.ty.shape[2] + left + right - dilation * (int(w.ty.shape[2]) - 1)
         extra = alignment_pad(length)  # whole column tiles, as for the bf16 and float32 convs
         tail = alignment_pad(x.ty.shape[2] + left + right + extra, LANES)  # whole vectors of words: the packing

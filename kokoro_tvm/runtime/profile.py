@@ -71,9 +71,14 @@ def compare(baseline: dict[str, float], other: dict[str, float], top: int = 15) 
 
 
 # What a kernel's fused name says it does, in the order asked: a conv (its epilogue and, in fp32 builds, the
-# elementwise work before it fused in), the bf16 packing of a conv's input (with the AdaIN / Snake work fused in
-# front of it), everything else.
-KERNEL_GROUPS = (("convolution", "conv1d"), ("bf16 packing", "bf16_pack"))
+# elementwise work before it fused in), the bf16 or int8 packing of a conv's input (with the AdaIN / Snake work
+# fused in front of it), the int8 convs' per-call channel ranges, everything else.
+KERNEL_GROUPS = (
+    ("convolution", "conv1d"),
+    ("bf16 packing", "bf16_pack"),
+    ("int8 packing", "int8_pack"),
+    ("int8 ranges", "int8_range"),
+)
 
 
 def kernel_split(times: dict[str, float]) -> dict[str, float]:

@@ -9,6 +9,8 @@ Backends (all fp32, the resolved weights, one voice):
   given the same noise as pt_dynamic.
 - tvm_bf16: the symbolic-length builds with bf16 convolutions (`--precision bf16`, kokoro_tvm.compiler.bf16), same
   noise; only on a CPU with AVX512_BF16 (`Speakers.backends` leaves it out elsewhere).
+- tvm_int8: the same with the generator's resblocks in int8 (`--precision int8`, kokoro_tvm.compiler.int8), same
+  noise; only on a CPU with AVX512_BF16 and AVX512_VNNI.
 - ort_int8: ONNX Runtime on the embedded int8 export (its own noise; int8 arithmetic).
 
 Reference-based metrics need the same length, i.e. the same durations; where a backend's audio length differs
@@ -29,7 +31,8 @@ from kokoro_tvm.evaluation.metrics import audio_metrics, word_error_rate
 log = logging.getLogger(__name__)
 
 REFERENCE = "pt_dynamic"
-BACKENDS = (REFERENCE, "torch_stock", "tvm_exact", "tvm_bucketed", "tvm_dynamic", "tvm_bf16", "ort_int8")
+BACKENDS = (REFERENCE, "torch_stock", "tvm_exact", "tvm_bucketed", "tvm_dynamic", "tvm_bf16", "tvm_int8", "ort_int8")
+REDUCED = {"tvm_bf16": "bf16", "tvm_int8": "int8"}  # reduced-precision backends -> their --precision
 
 
 def pick_sentences(sentences: list[str], n: int) -> list[str]:
@@ -48,6 +51,7 @@ class Speakers:
 
         from kokoro_tvm.compiled import compiled_kokoro
         from kokoro_tvm.compiler.bf16 import host_supports_bf16
+        from kokoro_tvm.compiler.int8 import host_supports_int8
         from kokoro_tvm.frontend.voices import load_voice
         from kokoro_tvm.reference.noise import SeededNoise
         from kokoro_tvm.runtime.buckets import parse_buckets
@@ -59,12 +63,14 @@ class Speakers:
         self.tvm_exact = compiled_kokoro(self.model, self.weights.fingerprint)
         self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("bucketed"))
         self.tvm_dynamic = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"))
-        self.tvm_bf16 = None
-        if host_supports_bf16():
-            self.tvm_bf16 = compiled_kokoro(
-                self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"), precision="bf16"
-            )
-        self.backends = tuple(b for b in BACKENDS if b != "tvm_bf16" or self.tvm_bf16 is not None)
+        runs = {"tvm_bf16": host_supports_bf16(), "tvm_int8": host_supports_bf16() and host_supports_int8()}
+        for backend, precision in REDUCED.items():
+            setattr(self, backend, None)
+            if runs[backend]:
+                setattr(self, backend, compiled_kokoro(
+                    self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"), precision=precision
+                ))
+        self.backends = tuple(b for b in BACKENDS if b not in REDUCED or getattr(self, b) is not None)
         self.ort = OrtInt8(threads)
         self._torch = torch
 
@@ -79,7 +85,7 @@ class Speakers:
         elif backend == "torch_stock":
             self._torch.manual_seed(self.seed + 1)  # a different draw than the reference, but reproducible
             audio, _ = stock_forward(self.model, chunk.padded_ids, style)
-        elif backend in ("tvm_exact", "tvm_bucketed", "tvm_dynamic", "tvm_bf16") and getattr(self, backend):
+        elif backend in ("tvm_exact", "tvm_bucketed", "tvm_dynamic", *REDUCED) and getattr(self, backend):
             audio = getattr(self, backend).run_stages(chunk.padded_ids, style, noise=self.noise).audio
         elif backend == "ort_int8":
             audio = self.ort.speak(chunk.padded_ids, style)
