@@ -34,6 +34,8 @@ import sys
 
 import numpy as np
 
+from kokoro_tvm.components import INT8_CONVOLUTIONS
+
 log = logging.getLogger(__name__)
 
 BUDGET_TEXT = "The quick brown fox jumps over the lazy dog, and the five boxing wizards jump quickly."
@@ -237,7 +239,7 @@ def group_budget(model, groups: dict[str, list[str]], text: str = BUDGET_TEXT, v
 # int8_step budget (`--layers --kind int8_step`) every one of them alone keeps >= 45 dB, while the frame-rate
 # convs, the noise convs, the upsamplers and conv_post drop to 31-43 dB: so int8 goes where the arithmetic is and
 # the layers that are cheap and sensitive stay bf16.
-INT8_BULK = ("decoder.generator.resblocks.", "decoder.generator.noise_res.")
+INT8_BULK = INT8_CONVOLUTIONS["decoder"]  # what `--precision int8` builds in int8: the registry's list
 
 
 def int8_plans() -> dict[str, dict[str, list[str]]]:
