@@ -29,3 +29,35 @@ def test_int8_build_keeps_durations_and_sounds_the_same():
     assert not worst, worst
     assert record["stages"]["audio"] > INT8_AUDIO_FLOOR, record["stages"]  # int8 really
     assert record["audio_pesq_wb"] >= INT8_PESQ and record["audio_stoi"] >= INT8_STOI
+
+
+# Each int8 conv quantizes with its input's channel ranges over the whole call, padded tail included: the tail
+# must hold zeros there (the padding-invariant decoder re-zeroes it), or a longer padding would move the scales
+# and with them the valid audio. Same inputs, same build, three paddings: the valid audio must be the same bits
+# (measured: 0.0 difference at +16, +64 and +160 frames).
+PADDINGS = (16, 64, 160)  # extra frames: one more tile, several, more than the utterance's own 122
+
+
+@pytest.mark.skipif(not (host_supports_bf16() and host_supports_int8()), reason="needs AVX512_BF16 and VNNI")
+def test_int8_ranges_do_not_see_the_padding():
+    import numpy as np
+    import torch
+
+    from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.frontend.text import prepare
+    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+    from kokoro_tvm.reference.noise import SeededNoise
+    from kokoro_tvm.runtime.buckets import parse_buckets
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    (chunk,) = prepare(text="The birch canoe slid on the smooth planks.")
+    style = load_voice(DEFAULT_VOICE).style(len(chunk.phonemes))
+    model, info = load_kmodel(None, dtype=torch.float32)
+    runtime = compiled_kokoro(model, info.fingerprint, buckets=parse_buckets("dynamic"), precision="int8")
+    natural = runtime.run_stages(chunk.padded_ids, style, noise=SeededNoise(0))
+    for extra in PADDINGS:
+        padded = runtime.run_stages(
+            chunk.padded_ids, style, noise=SeededNoise(0), frame_bucket=natural.buckets[1] + extra
+        )
+        assert padded.buckets[1] == natural.buckets[1] + extra
+        np.testing.assert_array_equal(padded.audio, natural.audio, err_msg=f"{extra} more frames of padding")
