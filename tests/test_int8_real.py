@@ -35,7 +35,7 @@ def test_int8_build_keeps_durations_and_sounds_the_same():
 # must hold zeros there (the padding-invariant decoder re-zeroes it), or a longer padding would move the scales
 # and with them the valid audio. Same inputs, same build, three paddings: the valid audio must be the same bits
 # (measured: 0.0 difference at +16, +64 and +160 frames).
-PADDINGS = (16, 64, 160)  # extra frames: one more tile, several, more than the utterance's own 122
+PADDINGS = (16, 64, 160)  # extra frames: two more tiles, eight, more than the utterance's own 122
 
 
 @pytest.mark.skipif(not (host_supports_bf16() and host_supports_int8()), reason="needs AVX512_BF16 and VNNI")
