@@ -1,4 +1,4 @@
-"""`kokoro-tvm` command line: say, compile, gpu-build, gpu-check, compare, bench, pipeline, lab, weights.
+"""`kokoro-tvm` command line: say, compile, gpu-build, gpu-check, compare, bench, pipeline, lab, voices, weights.
 
 Bad input (empty text, unknown voice or symbols, a missing or corrupt weights file) ends with one clear
 `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback.
@@ -23,8 +23,9 @@ EXIT_USAGE = 2
 def _user_errors() -> tuple[type[BaseException], ...]:
     from kokoro_tvm._packages import MissingPackageError
     from kokoro_tvm.artifacts import ArtifactError
+    from kokoro_tvm.frontend.g2p import G2PUnavailableError
     from kokoro_tvm.frontend.text import TextError
-    from kokoro_tvm.frontend.voices import UnknownVoiceError
+    from kokoro_tvm.frontend.voices import UnknownVoiceError, VoicePackError
     from kokoro_tvm.report.notebook_runner import PipelineError
     from kokoro_tvm.runtime.bundle_runner import BundleError
     from kokoro_tvm.weights.onnx_int8 import CorruptModelError
@@ -33,6 +34,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (
         TextError,
         UnknownVoiceError,
+        VoicePackError,
+        G2PUnavailableError,
         WeightsError,
         CorruptModelError,
         MissingPackageError,
@@ -61,6 +64,7 @@ def cmd_say(args: argparse.Namespace) -> int:
         buckets=args.buckets,
         device=args.device,
         precision=args.precision,
+        language=args.lang,
     )
     path = write_wav(
         args.output,
@@ -160,6 +164,21 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
+def cmd_voices(args: argparse.Namespace) -> int:
+    from kokoro_tvm.frontend.voices import fetch_official_voices, voice_table
+
+    if args.fetch:
+        log.info("official voice packs in %s", fetch_official_voices())
+    rows = voice_table()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        for row in rows:
+            print(f"{row['name']:<14} {row['language']:<21} {row['gender']:<7} {row['source']:<36} {row['sha256']}")
+    return 0
+
+
 def cmd_weights(args: argparse.Namespace) -> int:
     from kokoro_tvm.weights.resolve import load_weights
 
@@ -246,7 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
     say = sub.add_parser("say", help="synthesize speech into a WAV file")
     say.add_argument("text", help="English text (or phonemes with --phonemes)")
     say.add_argument("-o", "--output", required=True, help="WAV file to write")
-    say.add_argument("--voice", default=DEFAULT_VOICE)
+    say.add_argument(
+        "--voice",
+        default=DEFAULT_VOICE,
+        help=f"a voice name (`kokoro-tvm voices`; default {DEFAULT_VOICE}) or a .bin/.npz/.pt pack file",
+    )
+    say.add_argument(
+        "--lang",
+        help="the text's language as a Kokoro code (a: American English, b: British, e, f, h, i, p, j, z); "
+        "default: the voice name's first letter, as kokoro's KPipeline does",
+    )
     say.add_argument("--speed", type=float, default=1.0)
     say.add_argument("--backend", choices=BACKENDS, default="torch")
     say.add_argument(
@@ -363,6 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="JupyterLab on notebooks/ (this environment's kernel; saved without outputs)")
     lab.add_argument("jupyter_args", nargs=argparse.REMAINDER, help="passed to jupyter lab, e.g. --no-browser")
     lab.set_defaults(func=cmd_lab)
+
+    voices = sub.add_parser("voices", help="list every voice: language, gender, source and sha256")
+    voices.add_argument("--fetch", action="store_true", help="fetch and check the official packs first (npm)")
+    voices.add_argument("--json", action="store_true", help="one JSON line per voice")
+    voices.set_defaults(func=cmd_voices)
 
     weights = sub.add_parser("weights", help="resolve the weights and print one JSON line about them")
     weights.add_argument("--weights", help="an explicit weights file")

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
-from kokoro_tvm.frontend.text import Chunk, foreign_letters, prepare
-from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.frontend.g2p import g2p_name
+from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, Chunk, foreign_letters, phonemize, prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import NoiseSource, noise_source
 
 log = logging.getLogger(__name__)
@@ -131,13 +132,22 @@ def synthesize(
     buckets: str = "default",
     device: str = "cpu",
     precision: str = "fp32",
+    language: str | None = None,
 ) -> Speech:
-    """Speak `text` (or a raw phoneme string). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
-    `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name):
-    a kokoro_tvm.runtime.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
+    """Speak `text` (or a raw phoneme string).
+
+    `language`: a Kokoro language code for the G2P (default: the one the voice's name starts with, as KPipeline
+    does; American English for a voice file). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
+    `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name): a
+    kokoro_tvm.runtime.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
     speed = check_speed(speed)
     noise = noise_source(noise)
-    chunks = prepare(text=text, phonemes=phonemes)
+    language = language or language_of(voice) or DEFAULT_LANGUAGE
+    unspoken: tuple[str, ...] = ()
+    if text is not None:
+        phonemized = phonemize(text, language)
+        phonemes, unspoken = phonemized.phonemes, phonemized.unspoken
+    chunks = prepare(phonemes=phonemes)
     pack = load_voice(voice)
     if isinstance(backend, str):
         backend = make_backend(backend, weights=weights, buckets=buckets, device=device, precision=precision)
@@ -149,7 +159,10 @@ def synthesize(
     metadata = {
         "text": text,
         "phonemes": [c.phonemes for c in chunks],
+        "language": language if text is not None else None,
+        "g2p": g2p_name(language) if text is not None else "phonemes given",
         "foreign_letters": "".join(foreign_letters(text)) if text else "",  # named, not read: see the phonemes
+        "unspoken": list(unspoken),  # words no G2P could read (warned about)
         "voice": pack.name,
         "voice_source": pack.source,
         "speed": speed,

@@ -83,10 +83,11 @@ def kmodel():
 
 
 @pytest.fixture(scope="session")
-def jm_kumo():
-    from kokoro_tvm.frontend.voices import load_voice
+def default_voice():
+    """af_heart, the default voice (the official pack, fetched on first use)."""
+    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 
-    return load_voice("jm_kumo")
+    return load_voice(DEFAULT_VOICE)
 
 
 CHROMIUM_PACKAGES = ("chromium", "chromium-driver")  # Debian's headless browser and its WebDriver

@@ -14,6 +14,8 @@ from kokoro_tvm.cli import main
         (["say", "", "-o", "x.wav"], "nothing to say"),
         (["say", "?!", "-o", "x.wav"], "nothing to say"),
         (["say", "hello", "--voice", "af_nobody", "-o", "x.wav"], "unknown voice 'af_nobody'"),
+        (["say", "hello", "--lang", "x", "-o", "x.wav"], "unknown language code 'x'"),
+        (["say", "hello", "--voice", "/no/such/voice.bin", "-o", "x.wav"], "does not exist"),
         (["say", "hɛlO ☃", "--phonemes", "-o", "x.wav"], "not in Kokoro's vocabulary"),
         (["say", "hello", "--speed", "0", "-o", "x.wav"], "speed must be"),
         (["say", "hello", "--speed", "nan", "-o", "x.wav"], "speed must be"),

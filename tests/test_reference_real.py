@@ -15,9 +15,9 @@ pytestmark = pytest.mark.real
 
 
 @pytest.fixture(scope="module")
-def utterance(jm_kumo):
+def utterance(default_voice):
     chunk = prepare(text="One two three four five.")[0]
-    return chunk.padded_ids, jm_kumo.style(len(chunk.phonemes))
+    return chunk.padded_ids, default_voice.style(len(chunk.phonemes))
 
 
 def test_same_noise_gives_identical_audio(kmodel, utterance):

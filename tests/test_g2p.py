@@ -1,0 +1,79 @@
+"""The English front-end speaks Kokoro's own G2P: phonemes identical to `kokoro.KPipeline(lang_code="a")` (and
+"b" for British voices) on every corpus sentence, offline. Unit tier: spaCy's small model and misaki's lexicons
+load once per worker (a few seconds); the 226 sentences take ~3 s per language."""
+
+import pytest
+
+from kokoro_tvm.frontend import g2p
+from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, text_to_phonemes
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of
+from kokoro_tvm.studies.bucket_choice import load_sentences
+
+
+@pytest.fixture(scope="module", params=["a", "b"])
+def kpipeline(request):
+    """Kokoro's pipeline without a model, built offline the same way as ours (spaCy's model from its package)."""
+    from kokoro import KPipeline
+
+    with g2p.spacy_model_from_package():
+        return request.param, KPipeline(lang_code=request.param, repo_id="hexgrad/Kokoro-82M", model=False)
+
+
+def test_phonemes_equal_kpipeline_on_every_corpus_sentence(kpipeline):
+    language, pipeline = kpipeline
+    sentences = load_sentences()
+    assert len(sentences) == 226
+    differ = []
+    for sentence in sentences:
+        theirs = " ".join(result.phonemes for result in pipeline(sentence))
+        if text_to_phonemes(sentence, language) != theirs:
+            differ.append(sentence)
+    assert differ == []
+
+
+def test_line_breaks_are_split_as_kpipeline_splits_them(kpipeline):
+    language, pipeline = kpipeline
+    text = "First line, with a pause\n\nSecond line: $1,234.56 for the dog.\nThird"
+    assert text_to_phonemes(text, language) == " ".join(r.phonemes for r in pipeline(text))
+
+
+def test_misaki_reads_what_espeak_misread():
+    """The examples that made us switch: money read as money, and Kokoro's own vowel in "dog"."""
+    phonemes = text_to_phonemes("$1,234.56 for the dog.")
+    assert phonemes.startswith("wˈʌn θˈWzᵊnd tˈu hˈʌndɹəd θˈɜɹTi fˈɔɹ dˈɑləɹz ænd fˈɪfti sˈɪks sˈɛnts")
+    assert phonemes.endswith("dˈɔɡ.")
+
+
+def test_the_spacy_adapter_is_reversible():
+    import spacy
+    import spacy.util
+
+    before = (spacy.load, spacy.util.is_package)
+    with g2p.spacy_model_from_package():
+        assert spacy.util.is_package(g2p.SPACY_MODEL)
+        assert (spacy.load, spacy.util.is_package) != before
+    assert (spacy.load, spacy.util.is_package) == before
+
+
+def test_the_language_follows_the_voice_name():
+    assert DEFAULT_VOICE == "af_heart" and language_of(DEFAULT_VOICE) == DEFAULT_LANGUAGE == "a"
+    assert [language_of(v) for v in ("bm_george", "ef_dora", "jm_kumo", "zf_xiaobei")] == ["b", "e", "j", "z"]
+    assert language_of("my_voice.bin") == ""  # a file's name says nothing: American English by default
+
+
+def test_espeak_languages_and_unknown_codes():
+    assert "ˈ" in text_to_phonemes("Hola, ¿cómo estás?", "e")  # espeak-ng Spanish, as KPipeline("e")
+    with pytest.raises(g2p.G2PUnavailableError, match="unknown language code 'x'"):
+        text_to_phonemes("hello", "x")
+
+
+@pytest.mark.parametrize("code", ["j", "z"])
+def test_japanese_and_chinese_speak_or_say_what_to_install(code):
+    """misaki's ja / zh extras are not in the project's dependencies: where they do not run, one line says what
+    to install and how to read English with such a voice instead."""
+    try:
+        phonemes = text_to_phonemes({"j": "こんにちは", "z": "你好"}[code], code)
+    except g2p.G2PUnavailableError as exc:
+        assert f"misaki[{'ja' if code == 'j' else 'zh'}]" in str(exc) and "--lang a" in str(exc)
+    else:
+        assert phonemes
