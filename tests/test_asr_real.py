@@ -1,5 +1,5 @@
-"""Real-weights tier, end to end: `kokoro-tvm say` with af_heart (and jm_kumo reading English), transcribed back by Whisper tiny.en (the default
-judge of kokoro_tvm.evaluation.asr)."""
+"""Real-weights tier, end to end: `kokoro-tvm say` with af_heart (and jm_kumo reading English), transcribed back
+by Whisper tiny.en (the default judge of kokoro_tvm.evaluation.asr)."""
 
 import json
 
