@@ -77,3 +77,12 @@ def test_japanese_and_chinese_speak_or_say_what_to_install(code):
         assert f"misaki[{'ja' if code == 'j' else 'zh'}]" in str(exc) and "--lang a" in str(exc)
     else:
         assert phonemes
+
+
+def test_the_g2p_study_measures_differences():
+    from kokoro_tvm.studies.g2p_choice import edit_distance, phoneme_differences
+
+    assert edit_distance("kitten", "sitting") == 3 and edit_distance("", "ab") == 2
+    (row,) = phoneme_differences(["$1,234.56 for the dog."])
+    assert not row["equal"] and row["edit_distance"] > 10  # espeak reads "dollar one, ..." first
+    assert "dˈɑːɡ" in row["espeak"] or "dˈɑɡ" in row["espeak"]

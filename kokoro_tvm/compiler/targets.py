@@ -15,12 +15,39 @@ DTYPES = ("float32", "float64")
 GPU_KINDS = ("metal", "cuda")
 
 
+# /proc/cpuinfo flags of the instructions our packed kernels use -> LLVM's feature names.
+KERNEL_FEATURES = {"avx512_bf16": "avx512bf16", "avx512_vnni": "avx512vnni"}
+
+
 def host_target() -> dict:
     """LLVM for this CPU. `mcpu="native"` silently falls back to generic code with this wheel's LLVM, so the
-    CPU name comes from LLVM's host detection."""
+    CPU name comes from LLVM's host detection. A virtual machine can report a CPU model number whose LLVM model
+    lacks features the CPU has (a Sapphire Rapids-class guest that LLVM names `rocketlake`, without
+    AVX512_BF16): the kernel features /proc/cpuinfo reports and the model lacks are added as `mattr`, as
+    `-march=native` would from CPUID. Where the model has them (Zen 4, Zen 5) the target is the bare model."""
     from tvm.target import codegen
 
-    return {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+    target = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+    flags = _cpuinfo_flags()
+    extra = [f"+{feature}" for flag, feature in KERNEL_FEATURES.items()
+             if flag in flags and not codegen.llvm_cpu_has_features([feature], _tvm_target(target))]  # fmt: skip
+    return {**target, "mattr": extra} if extra else target
+
+
+def _tvm_target(target: dict):
+    import tvm
+
+    return tvm.target.Target(target)
+
+
+def _cpuinfo_flags() -> set[str]:
+    from pathlib import Path
+
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else ():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
 
 
 # Apple GPUs: 32-wide SIMD groups and up to 1024 threads per threadgroup (TVM's Metal defaults are 16 and 256).

@@ -9,6 +9,7 @@ import torch
 
 from kokoro_tvm.components import TOKENS, component
 from kokoro_tvm.config import MAX_PHONEMES
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE
 from kokoro_tvm.studies.hazards import _attempt, _last_line
 
 MAX_DYNAMIC_FRAMES = 5000  # the plain symbolic length's upper bound in export_static_and_dynamic
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", type=int, help="time N corpus sentences under 'dynamic' and 'bucketed'")
     parser.add_argument("--kernels", help="COMPONENT:LENGTH: time the static and symbolic builds per kernel")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--voice", default="jm_kumo")
+    parser.add_argument("--voice", default=DEFAULT_VOICE)
     args = parser.parse_args(argv)
     model, weights = load_kmodel()
     if args.kernels:
