@@ -275,3 +275,24 @@ def test_peer_lists():
     for bad in ("torch,torch", "", "tensorflow"):
         with pytest.raises(PeerError):
             parse_peers(bad)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "flags", "mattr"),
+    [
+        ("rocketlake", {"avx512_bf16", "avx512_vnni"}, ["+avx512bf16"]),  # a guest LLVM names by its model number
+        ("sapphirerapids", {"avx512_bf16", "avx512_vnni"}, None),  # the model has both: the bare model
+        ("rocketlake", {"avx512_vnni"}, None),  # the CPU lacks bf16: nothing is added
+        ("znver4", set(), None),
+    ],
+)
+def test_host_target_adds_kernel_features_the_cpu_model_lacks(cpu, flags, mattr, monkeypatch):
+    from tvm.target import codegen
+
+    from kokoro_tvm.compiler import targets
+
+    monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: cpu)
+    monkeypatch.setattr(targets, "_cpuinfo_flags", lambda: flags)
+    target = targets.host_target()
+    assert target["mcpu"] == cpu and target.get("mattr") == mattr
+    assert bf16.target_has_bf16(target) == ("avx512_bf16" in flags or cpu in ("sapphirerapids", "znver4"))
