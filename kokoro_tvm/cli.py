@@ -18,6 +18,10 @@ from kokoro_tvm import __version__
 log = logging.getLogger("kokoro_tvm.cli")
 
 EXIT_USAGE = 2
+LANG_HELP = (
+    "the text's language as a Kokoro code (a: American English, b: British, e, f, h, i, p, j, z); default: the "
+    "voice name's first letter, as kokoro's KPipeline does"
+)
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -200,6 +204,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         device=args.device,
         buckets=args.buckets,
         asr=not args.no_asr,
+        language=args.lang,
     )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
@@ -220,6 +225,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         buckets=args.buckets,
         peers=parse_peers(args.peers),
         precisions=args.precision,
+        language=args.lang,
     )
     print(json.dumps(record) if args.json else json.dumps(record, indent=1))
     return 0
@@ -270,11 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_VOICE,
         help=f"a voice name (`kokoro-tvm voices`; default {DEFAULT_VOICE}) or a .bin/.npz/.pt pack file",
     )
-    say.add_argument(
-        "--lang",
-        help="the text's language as a Kokoro code (a: American English, b: British, e, f, h, i, p, j, z); "
-        "default: the voice name's first letter, as kokoro's KPipeline does",
-    )
+    say.add_argument("--lang", help=LANG_HELP)
     say.add_argument("--speed", type=float, default=1.0)
     say.add_argument("--backend", choices=BACKENDS, default="torch")
     say.add_argument(
@@ -334,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare = sub.add_parser("compare", help="TVM against PyTorch pt.dynamic on one utterance, same noise")
     compare.add_argument("--text", required=True)
     compare.add_argument("--voice", default=DEFAULT_VOICE)
+    compare.add_argument("--lang", help=LANG_HELP)
     compare.add_argument(
         "--precision",
         choices=("fp32", "fp64", "bf16", "int8"),
@@ -356,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="TVM and its peers (PyTorch, torch.compile, ONNX Runtime) on one utterance")
     bench.add_argument("--text", default=DEFAULT_TEXT, help="one utterance (default: an 11-12 s sentence)")
     bench.add_argument("--voice", default=DEFAULT_VOICE)
+    bench.add_argument("--lang", help=LANG_HELP)
     bench.add_argument("--threads", type=_positive_int, default=2, help="threads for every backend (default 2)")
     bench.add_argument("--runs", type=_positive_int, default=5, help="timed rounds; the median is reported")
     bench.add_argument(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from kokoro_tvm.evaluation import metrics
-from kokoro_tvm.frontend.text import TextError, prepare
-from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, TextError, prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.reference.stages import COMPARED_STAGES, Stages
 
@@ -48,6 +48,7 @@ def compare_text(
     device: str = "cpu",
     buckets: str = "exact",
     asr: bool = False,
+    language: str | None = None,
 ) -> dict:
     """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision` (fp32,
     fp64, or bf16: the bf16 build against pt.dynamic in float32).
@@ -67,7 +68,7 @@ def compare_text(
     bucket_set = None if buckets == "exact" else parse_buckets(buckets)
     check_device(device, dtype)  # before any text, weights or build work
     check_precision(arithmetic, device)
-    chunks = prepare(text=text)
+    chunks = prepare(text=text, language=language or language_of(voice) or DEFAULT_LANGUAGE)  # as `say`
     if len(chunks) != 1:
         raise TextError(f"compare takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
     chunk, pack = chunks[0], load_voice(voice)

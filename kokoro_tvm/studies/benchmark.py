@@ -119,13 +119,14 @@ def bench(
     buckets: str = "default",
     peers: tuple[str, ...] | None = None,
     precisions: str = "fp32",
+    language: str | None = None,
 ) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from kokoro_tvm.compiled import check_precision, compiled_kokoro, resolve_precision
-    from kokoro_tvm.frontend.text import TextError, prepare
-    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+    from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, TextError, prepare
+    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
     from kokoro_tvm.reference.noise import ZeroNoise
     from kokoro_tvm.runtime.buckets import parse_buckets
     from kokoro_tvm.studies.peers import PEERS, TorchEager, make_peer
@@ -146,7 +147,7 @@ def bench(
     for name in arithmetics:
         check_precision(resolve_precision(name)[1])  # a CPU without bf16: one line, before any work
     variants = [(p, a) for a in arithmetics for p in policies]  # the first is `tvm`
-    chunks = prepare(text=text)
+    chunks = prepare(text=text, language=language or language_of(voice or DEFAULT_VOICE) or DEFAULT_LANGUAGE)
     if len(chunks) != 1:
         raise TextError(f"bench takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
     chunk, pack = chunks[0], load_voice(voice or DEFAULT_VOICE)
