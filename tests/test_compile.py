@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import tvm
 from random_builds import RANDOM_FINGERPRINT, bucket
 
 from kokoro_tvm.artifacts import Artifact, file_sha256
@@ -120,7 +121,10 @@ def test_spec_validation():
         BuildSpec("albert", 4, "float16")
     with pytest.raises(ValueError, match="positive"):
         BuildSpec("albert", 0)
-    assert json.dumps(host_target())
+    target = host_target()  # a JSON dict that TVM reads back as this CPU's LLVM target
+    assert json.loads(json.dumps(target)) == target
+    parsed = tvm.target.Target(target)
+    assert parsed.kind.name == "llvm" and str(parsed.attrs["mcpu"]) == target["mcpu"]
 
 
 def test_two_processes_building_one_artifact_build_it_once(tmp_path):

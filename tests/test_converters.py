@@ -36,4 +36,13 @@ def test_unsupported_ops_lists_every_gap_before_conversion():
 
 
 def test_table_keys_are_exact_overload_names():
-    assert all("." in key for key in CONVERTERS)
+    """The importer looks converters up by `<op>.<overload>` as the exported graph names them: a key must be a
+    real overload of an ATen op or of our own masked LSTM, with the overload spelled exactly."""
+    from kokoro_tvm.compiler.ops.lstm import masked_lstm_op
+
+    masked_lstm_op()  # registers torch.ops.kokoro_tvm.masked_lstm
+    for key in CONVERTERS:
+        op, overload = key.split(".")
+        packet = getattr(torch.ops.aten, op, None) or getattr(torch.ops.kokoro_tvm, op)
+        assert overload in packet.overloads(), (key, packet.overloads())
+        assert getattr(packet, overload)._overloadname == overload
