@@ -112,3 +112,18 @@ def test_pesq_scores_audio_past_the_c_limit_by_its_worst_window():
     first, last = (pesq_wb(x[w], noisy[w], RATE) for w in (windows[0], windows[-1]))
     assert last < first - 0.5  # clean scores the ceiling (about 4.6); this much noise costs well over half a point
     assert pesq_wb(x, noisy, RATE) == last
+
+
+def test_a_backend_with_non_finite_audio_is_counted_not_scored():
+    """ONNX Runtime's int8 export gives NaN audio on one of notebook 07's sentences with af_heart: the summary
+    counts it and scores the rest, instead of PESQ failing on NaN."""
+    from kokoro_tvm.studies.audio_comparison import summarize
+
+    rows = [
+        {"backend": "peer", "samples_vs_reference": 0, "finite": True, "wer": 0.1, "pesq_wb": 4.0},
+        {"backend": "peer", "samples_vs_reference": 0, "finite": False, "wer": None},
+        {"backend": "peer", "samples_vs_reference": 0, "finite": True, "wer": 0.3, "pesq_wb": 3.0},
+    ]
+    (entry,) = summarize(rows)
+    assert entry["non_finite"] == 1 and entry["sentences"] == 3
+    assert entry["wer_mean"] == pytest.approx(0.2) and entry["pesq_wb"] == pytest.approx(3.5)

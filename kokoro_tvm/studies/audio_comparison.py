@@ -112,11 +112,16 @@ def compare_backends(speakers: Speakers, sentences: list[str], backends=None, ex
             log.info("%s: sentence %d in %.1f s", backend, index, time.perf_counter() - start)
         reference = audio[index][REFERENCE]
         for backend, waveform in audio[index].items():
+            row = {"sentence": index, "backend": backend, "seconds": len(waveform) / SAMPLE_RATE}
+            row.update(samples_vs_reference=len(waveform) - len(reference), finite=bool(np.isfinite(waveform).all()))
+            if not row["finite"]:  # no metric can read NaN or inf: the row says so instead
+                log.warning("%s: sentence %d gives non-finite audio; no metric computed", backend, index)
+                row.update(wer=None, transcript=None, wer_pocketsphinx=None)
+                rows.append(row)
+                continue
             wer, transcript = word_error_rate(sentence, waveform, judge="whisper")
             wer_sphinx, _ = word_error_rate(sentence, waveform, judge="pocketsphinx")
-            row = {"sentence": index, "backend": backend, "seconds": len(waveform) / SAMPLE_RATE}
             row.update(wer=wer, transcript=transcript, wer_pocketsphinx=wer_sphinx)
-            row.update(samples_vs_reference=len(waveform) - len(reference))
             if backend != REFERENCE:
                 same_length = len(waveform) == len(reference)
                 row.update(audio_metrics(reference, waveform) if same_length else {})
@@ -145,10 +150,12 @@ def summarize(rows: list[dict]) -> list[dict]:
         mine = [r for r in rows if r["backend"] == backend]
         entry = {"backend": backend, "sentences": len(mine)}
         entry["same_length"] = sum(r["samples_vs_reference"] == 0 for r in mine)
+        entry["non_finite"] = sum(not r.get("finite", True) for r in mine)
         for metric in SUMMARY_METRICS:
             values = [r[metric] for r in mine if r.get(metric) is not None and np.isfinite(r[metric])]
             entry[metric] = float(np.median(values)) if values else None
-        entry["wer_mean"] = float(np.mean([r["wer"] for r in mine]))  # WER's median hides the few errors
+        wers = [r["wer"] for r in mine if r["wer"] is not None]
+        entry["wer_mean"] = float(np.mean(wers)) if wers else None  # WER's median hides the few errors
         table.append(entry)
     return table
 
