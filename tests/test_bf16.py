@@ -292,7 +292,7 @@ def test_host_target_adds_kernel_features_the_cpu_model_lacks(cpu, flags, mattr,
     from kokoro_tvm.compiler import targets
 
     monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: cpu)
-    monkeypatch.setattr(targets, "_cpuinfo_flags", lambda: flags)
+    monkeypatch.setattr(targets, "cpu_flags", lambda: frozenset(flags))
     target = targets.host_target()
     assert target["mcpu"] == cpu and target.get("mattr") == mattr
     assert bf16.target_has_bf16(target) == ("avx512_bf16" in flags or cpu in ("sapphirerapids", "znver4"))

@@ -30,12 +30,10 @@ def target_has_feature(target, feature: str) -> bool:
 
 def cpu_flag(flag: str) -> bool | None:
     """This CPU's `flag` in /proc/cpuinfo ("avx512_bf16", "avx512_vnni"); None where there is no such file."""
-    from pathlib import Path
+    from kokoro_tvm.compiler.targets import cpu_flags
 
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        return None
-    return flag in cpuinfo.read_text().split()
+    flags = cpu_flags()
+    return None if flags is None else flag in flags
 
 
 def host_supports(feature: str, flag: str) -> bool:

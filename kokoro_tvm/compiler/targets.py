@@ -25,29 +25,28 @@ def host_target() -> dict:
     lacks features the CPU has (a Sapphire Rapids-class guest that LLVM names `rocketlake`, without
     AVX512_BF16): the kernel features /proc/cpuinfo reports and the model lacks are added as `mattr`, as
     `-march=native` would from CPUID. Where the model has them (Zen 4, Zen 5) the target is the bare model."""
+    import tvm
     from tvm.target import codegen
 
     target = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
-    flags = _cpuinfo_flags()
+    model = tvm.target.Target(target)
+    flags = cpu_flags() or frozenset()
     extra = [f"+{feature}" for flag, feature in KERNEL_FEATURES.items()
-             if flag in flags and not codegen.llvm_cpu_has_features([feature], _tvm_target(target))]  # fmt: skip
+             if flag in flags and not codegen.llvm_cpu_has_features([feature], model)]  # fmt: skip
     return {**target, "mattr": extra} if extra else target
 
 
-def _tvm_target(target: dict):
-    import tvm
-
-    return tvm.target.Target(target)
-
-
-def _cpuinfo_flags() -> set[str]:
+def cpu_flags() -> frozenset[str] | None:
+    """This CPU's flags in /proc/cpuinfo ("avx512_bf16", ...); None where there is no such file."""
     from pathlib import Path
 
     cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else ():
+    if not cpuinfo.exists():
+        return None
+    for line in cpuinfo.read_text().splitlines():
         if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
 
 
 # Apple GPUs: 32-wide SIMD groups and up to 1024 threads per threadgroup (TVM's Metal defaults are 16 and 256).

@@ -125,25 +125,22 @@ def read_pack(path: Path, name: str | None = None) -> np.ndarray:
     path = Path(path)
     if not path.is_file():
         raise VoicePackError(f"voice file {path} does not exist")
+    if path.suffix not in (".bin", ".npz", ".pt"):
+        raise VoicePackError(f"voice file {path}: expected a .bin, .npz or .pt pack")
     try:
         if path.suffix == ".bin":
             pack = np.fromfile(path, dtype="<f4")
             pack = pack.reshape(_PACK_SHAPE) if pack.size == np.prod(_PACK_SHAPE) else pack
         elif path.suffix == ".npz":
             with np.load(path) as packs:
-                key = name if name in packs.files else packs.files[0] if len(packs.files) == 1 else None
-                if key is None:
-                    raise VoicePackError(f"{path} holds {len(packs.files)} packs; name one of {packs.files}")
-                pack = packs[key]
-        elif path.suffix == ".pt":
+                if name not in packs.files and len(packs.files) != 1:
+                    raise ValueError(f"it holds {len(packs.files)} packs; name one of {packs.files}")
+                pack = packs[name if name in packs.files else packs.files[0]]
+        else:
             import torch
 
             pack = torch.load(path, map_location="cpu", weights_only=True).numpy()
-        else:
-            raise VoicePackError(f"voice file {path}: expected a .bin, .npz or .pt pack")
     except (OSError, ValueError, RuntimeError, EOFError) as exc:
-        if isinstance(exc, VoicePackError):
-            raise
         raise VoicePackError(f"voice file {path} cannot be read: {exc}") from exc
     if pack.shape != _PACK_SHAPE or not np.all(np.isfinite(pack)):
         raise VoicePackError(f"voice file {path} is not a voice pack: shape {pack.shape}, expected {_PACK_SHAPE}")
