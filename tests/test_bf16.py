@@ -13,7 +13,7 @@ import tvm
 from kernel_asm import executable_asm, hot_loop
 from tvm import relax
 
-from kokoro_tvm.compiler import bf16
+from kokoro_tvm.compiler import bf16, packed
 from kokoro_tvm.compiler.targets import host_target
 
 needs_bf16 = pytest.mark.skipif(not bf16.host_supports_bf16(), reason="this CPU has no AVX512_BF16")
@@ -256,7 +256,7 @@ def test_precision_and_peer_errors_are_one_line_before_any_work(args, expected, 
     """A CPU whose flags lack avx512_bf16 (simulated) is refused before weights load or anything builds."""
     from kokoro_tvm.cli import main
 
-    monkeypatch.setattr(bf16, "host_has_bf16", lambda: False)
+    monkeypatch.setattr(packed, "cpu_flag", lambda flag: False if flag == "avx512_bf16" else None)
     monkeypatch.setenv("KOKORO_TVM_CACHE", str(tmp_path / "cache"))
     if args[0] == "say":
         args = [*args, "-o", str(tmp_path / "x.wav")]
@@ -267,7 +267,7 @@ def test_precision_and_peer_errors_are_one_line_before_any_work(args, expected, 
 
 
 def test_peer_lists():
-    from kokoro_tvm.studies.peers import PEERS, PeerError, parse_peers
+    from kokoro_tvm.tools.peers import PEERS, PeerError, parse_peers
 
     assert parse_peers(None) == parse_peers("all") == PEERS
     assert parse_peers("none") == ()

@@ -250,7 +250,7 @@ def test_row_reduction_keeps_values(steps):
 
 
 def test_register_tile_follows_cache_set_collisions():
-    from kokoro_tvm.compiler.schedule.cpu import WIDE_TILE, _set_collisions
+    from kokoro_tvm.compiler.schedule.cpu.contraction import WIDE_TILE, _set_collisions
     from kokoro_tvm.compiler.targets import CPUGeometry
 
     zen4 = CPUGeometry(512, 32)  # 32 KiB, 8-way, 64-byte lines: 64 sets, so rows 4 KiB apart share one set

@@ -43,7 +43,7 @@ def test_alignment_pad_is_one_number_for_every_tile_count():
     stage) reaches 32."""
     import tvm
 
-    from kokoro_tvm.compiler.passes import alignment_pad
+    from kokoro_tvm.compiler.passes.base import alignment_pad
 
     k = tvm.tirx.Var("k", "int64")
     assert [alignment_pad(16 * k + c) for c in (0, 4, 15)] == [0, 12, 1]
@@ -133,8 +133,8 @@ def test_conv_rule_tiles_a_symbolic_length(tile, taps, padding):
 def symbolic_runners(random_model64):
     """One float64 symbolic build per component tested here (export, import, compile once)."""
     from kokoro_tvm.compiled import compile_and_load
+    from kokoro_tvm.compiler.build import symbolic_relax_module
     from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
-    from kokoro_tvm.compiler.symbolic import symbolic_relax_module
 
     runners = {}
     for name, max_tiles in (("text_encoder", 4), ("f0n", 3)):
@@ -198,10 +198,10 @@ def test_symbolic_decoder_float64(random_model64):
     """The decoder, one float64 symbolic build (about 4 minutes: export, an 85 s import, compile), equals
     PyTorch at 1, 2 and 3 tiles of frames (600F audio samples each)."""
     from kokoro_tvm.compiled import compile_and_load
+    from kokoro_tvm.compiler.build import symbolic_relax_module
     from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
     from kokoro_tvm.compiler.patches import export_patches
     from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
-    from kokoro_tvm.compiler.symbolic import symbolic_relax_module
     from kokoro_tvm.reference.pt_dynamic import default_dtype
 
     mod, exported, _ = symbolic_relax_module(random_model64, SymbolicShape("decoder", 3))

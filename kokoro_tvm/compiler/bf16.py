@@ -32,19 +32,12 @@ before any rewrite (`require_bf16`): never an illegal instruction at run time.
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax, te, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler import packed
-from kokoro_tvm.compiler.passes import (
-    _rewriting_pass,
-    _SineRewriter,
-    alignment_pad,
-    parameter_names,
-    slice_last_axis,
-)
+from kokoro_tvm.compiler.passes.base import parameter_names, rewriting_pass
+from kokoro_tvm.compiler.passes.sine import SineRewriter
 
 # Bump when the bf16 rewrite or kernel changes what a bf16 build computes or how (part of bf16 artifacts' keys
 # only: float32 and float64 artifacts stay valid). 2: operands passed by value (the tile stays in registers);
@@ -74,47 +67,27 @@ declare {f} {intrinsic}({f}, {p}, {p})
 LLVM_KERNEL = _llvm_kernel(LANES) + _llvm_kernel(HALF_LANES)
 
 
-class Bf16Unsupported(ValueError):
+class Bf16Unsupported(packed.PackedUnsupported):
     """A bf16 build for a target (or a run on a CPU) without AVX512_BF16."""
+
+
+FEATURE = packed.PackedFeature("bf16", "avx512bf16", "avx512_bf16", "AVX512_BF16", "vdpbf16ps", "fp32", Bf16Unsupported)
 
 
 def target_has_bf16(target) -> bool:
     """True if the LLVM target's CPU has AVX512_BF16 (vdpbf16ps)."""
-    return packed.target_has_feature(target, "avx512bf16")
-
-
-def host_has_bf16() -> bool | None:
-    """This CPU's avx512_bf16 flag from /proc/cpuinfo; None where there is no such file (not Linux)."""
-    return packed.cpu_flag("avx512_bf16")
+    return packed.target_has_feature(target, FEATURE.llvm)
 
 
 def host_supports_bf16() -> bool:
     """This machine can build and run bf16 kernels for itself (its LLVM CPU model and its flags agree)."""
-    return packed.host_supports("avx512bf16", "avx512_bf16")
+    return packed.host_supports(FEATURE.llvm, FEATURE.flag)
 
 
 def require_bf16(target) -> None:
     """Refuse (Bf16Unsupported, one line) a target without AVX512_BF16, and a host target on a CPU whose flags
     lack it (a virtual machine can hide a feature its CPU model has)."""
-    host = target_has_bf16(target) and _is_host(target)
-    if host and host_has_bf16() is False:
-        raise Bf16Unsupported(
-            "bf16 builds need AVX512_BF16 (vdpbf16ps), which this CPU does not report in /proc/cpuinfo: "
-            "use --precision fp32"
-        )
-    if not target_has_bf16(target):
-        described = target.get("mcpu", target.get("kind")) if isinstance(target, dict) else str(target)
-        raise Bf16Unsupported(
-            f"bf16 builds need an x86 CPU with AVX512_BF16 (vdpbf16ps); the target {described} has none: "
-            "use --precision fp32"
-        )
-
-
-def _is_host(target) -> bool:
-    from kokoro_tvm.compiler.targets import host_target
-
-    mcpu = target.get("mcpu") if isinstance(target, dict) else str(getattr(target, "attrs", {}).get("mcpu", ""))
-    return mcpu == host_target().get("mcpu")
+    packed.require(target, FEATURE)
 
 
 def to_float(bits):
@@ -212,25 +185,6 @@ def _conv(xq: te.Tensor, wq: te.Tensor, dilation: int, tail: int = 0) -> te.Tens
     return packed.packed_conv(xq, wq, dilation, lambda x, w: to_float(x) * to_float(w), "bf16_conv1d", tail)
 
 
-def convertible(call) -> bool:
-    """A float32 conv1d (NCW / OIW, stride 1, one group, an even number of input channels, static weights)."""
-    attrs = call.attrs
-    try:
-        w_shape = [int(d) for d in call.args[1].ty.shape]
-        x_dtype = str(call.args[0].ty.dtype)
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return (
-        x_dtype == "float32"
-        and attrs.data_layout == "NCW"
-        and attrs.kernel_layout == "OIW"
-        and [int(s) for s in attrs.strides] == [1]
-        and int(attrs.groups) == 1
-        and w_shape[1] % 2 == 0
-        and str(attrs.out_dtype) in ("", "None", "void", "float32")
-    )
-
-
 def selected_by_name(prefixes) -> callable:
     """A `select` for Bf16Convolutions: the conv whose weight comes from a parameter of a torch module named with
     one of `prefixes` (imported parameters are named after the module path, dots as underscores)."""
@@ -238,53 +192,22 @@ def selected_by_name(prefixes) -> callable:
     return lambda parameters: any(mark in name for name in parameters for mark in marks)
 
 
-@mutator
-class _Bf16ConvRewriter(PyExprMutator):
-    def __init__(self, mod, select):
-        super().__init__(mod)
-        self.select, self.rewritten = select, 0
-        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
+def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
+    """x and w packed as bf16 channel pairs, then the conv (packed.PackedKernel's `emit`)."""
+    words = builder.emit_te(_pack_activation, x, left, right, primfunc_name_hint="bf16_pack_x")
+    n, half, padded = words.ty.shape
+    xq = builder.emit(relax.op.memory.view(words, relax.ShapeExpr([n, half, padded, 2]), "uint16"))
+    wq = builder.emit_te(_pack_weights, w, primfunc_name_hint="bf16_pack_w")
+    return builder.emit_te(_conv, xq, wq, dilation, tail, primfunc_name_hint="bf16_conv1d")
 
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not call.op.same_as(self.conv1d) or not convertible(call):
-            return call
-        if not self.select(parameter_names(self, call.args[1])):
-            return call
-        attrs = call.attrs
-        left, right = (int(v) for v in attrs.padding)
-        (dilation,) = (int(v) for v in attrs.dilation)
-        x, w = call.args
-        length = x.ty.shape[2] + left + right - dilation * (int(w.ty.shape[2]) - 1)
-        extra = alignment_pad(length)  # whole column tiles, as AlignConvLengths does for fp32 convs
-        # Zero words past the last tap, so that the packed row is whole vectors of words and the packing pass
-        # (which the AdaIN / Snake work before it fuses into) vectorizes: rows of t + 18 words (k7, dilation 3)
-        # ran scalar, 0.53 s of the bf16 decoder's 2.1 s at 472 frames.
-        tail = alignment_pad(x.ty.shape[2] + left + right + extra, LANES)
-        words = self.builder_.emit_te(
-            _pack_activation, x, left, right + extra + tail, primfunc_name_hint="bf16_pack_x"
-        )
-        n, half, padded = words.ty.shape
-        xq = self.builder_.emit(relax.op.memory.view(words, relax.ShapeExpr([n, half, padded, 2]), "uint16"))
-        wq = self.builder_.emit_te(_pack_weights, w, primfunc_name_hint="bf16_pack_w")
-        self.rewritten += 1
-        out = self.builder_.emit_te(_conv, xq, wq, dilation, tail, primfunc_name_hint="bf16_conv1d")
-        return slice_last_axis(out, 0, length) if extra else out
+
+KERNEL = packed.PackedKernel(group=2, emit=_emit)
 
 
 def Bf16Convolutions(select=lambda parameters: True):  # noqa: N802 (TVM pass naming)
     """Every convertible float32 conv1d whose weight's parameter names `select` accepts, as bf16 pack + bf16
     conv (see the module)."""
-
-    @tvm.transform.module_pass(opt_level=0, name="Bf16Convolutions")
-    def _pass(mod, _ctx):
-        rewriter = _Bf16ConvRewriter(mod, select)
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
-
-    return _pass
+    return packed.PackedConvolutions("Bf16Convolutions", KERNEL, select)
 
 
 SNAKE_ALPHA = "alpha"  # Snake's per-channel frequency parameters (alpha1 / alpha2 of the AdaIN resblocks)
@@ -301,4 +224,4 @@ def Bf16SnakeSine(prefixes):  # noqa: N802 (TVM pass naming)
         names = parameter_names(mutator, argument, depth=4)
         return any(SNAKE_ALPHA in name and any(mark in name for mark in marks) for name in names)
 
-    return _rewriting_pass("Bf16SnakeSine", lambda mod: _SineRewriter(mod, "float32", select))
+    return rewriting_pass("Bf16SnakeSine", lambda mod: SineRewriter(mod, "float32", select))

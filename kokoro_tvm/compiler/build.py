@@ -21,10 +21,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+import tvm
 
 from kokoro_tvm.artifacts import Artifact, ArtifactError, file_sha256, params_digest
-from kokoro_tvm.compiler.export import ComponentShape
+from kokoro_tvm.compiler import bf16, int8
+from kokoro_tvm.compiler.bf16 import require_bf16
+from kokoro_tvm.compiler.converters import to_relax
+from kokoro_tvm.compiler.export import ComponentShape, export_component
+from kokoro_tvm.compiler.int8 import require_int8
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
+from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
 from kokoro_tvm.compiler.targets import DTYPES, check_dtype, host_target
 from kokoro_tvm.components import (
     FRAME_COMPONENTS,
@@ -37,6 +44,7 @@ from kokoro_tvm.components import (
 )
 from kokoro_tvm.components import component as component_info
 from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
+from kokoro_tvm.reference.pt_dynamic import default_dtype
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +118,6 @@ class BuildSpec:
 def relax_module(model, spec: BuildSpec):
     """Export `model`'s component at `spec` and import it into Relax, weight-only work lifted out of main.
     Returns (module, exported program, {"export": s, "import": s})."""
-    from kokoro_tvm.compiler.converters import to_relax
-    from kokoro_tvm.compiler.export import export_component
-    from kokoro_tvm.compiler.symbolic import SymbolicShape, symbolic_relax_module
-    from kokoro_tvm.reference.pt_dynamic import default_dtype
-
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
     if spec.symbolic:
@@ -129,12 +132,23 @@ def relax_module(model, spec: BuildSpec):
     return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 
+def symbolic_relax_module(model, shape: SymbolicShape, precision: str = "full"):
+    """Export and import one component with a symbolic length (kokoro_tvm.compiler.symbolic): (module, exported
+    program, {"export": s, "import": s})."""
+    t0 = time.perf_counter()
+    exported = export_symbolic(model, shape)
+    t1 = time.perf_counter()
+    with default_dtype(next(model.parameters()).dtype):
+        mod = to_relax(exported, keep_params_as_input=True)
+        mod = lift_weight_transforms(add_tile_count(mod), shape.component, precision)
+    return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
+
+
 def _key(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
-    import tvm
 
     shape = asdict(spec)
     if not spec.symbolic:
@@ -144,7 +158,6 @@ def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict
     if spec.precision == "full":
         del shape["precision"]  # likewise
     else:
-        from kokoro_tvm.compiler import bf16, int8
 
         shape["reduced_kernel"] = bf16.KERNEL_VERSION
         if spec.precision == "int8":
@@ -209,15 +222,12 @@ def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
 
 
 def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
-    import torch
 
     check_dtype(spec.dtype, target["kind"])
     if spec.precision in ("bf16", "int8"):
-        from kokoro_tvm.compiler.bf16 import require_bf16
 
         require_bf16(target)
     if spec.precision == "int8":
-        from kokoro_tvm.compiler.int8 import require_int8
 
         require_int8(target)
     log.info(

@@ -8,13 +8,17 @@ Which TVM 0.27 gaps still exist, with minimal reproductions, is in NOTES/tvm_gap
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 
 import torch
-from tvm import relax
+from tvm import relax, tirx
+from tvm.relax.frontend.torch import from_exported_program
+from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
 from kokoro_tvm.compiler.ops.lstm import ATEN_TARGET_NAME as MASKED_LSTM_TARGET
 from kokoro_tvm.compiler.ops.lstm_tir import emit_masked_lstm
+from kokoro_tvm.compiler.sizes import size_analyzer
 
 Converter = Callable[[torch.fx.Node, object], relax.Var]
 
@@ -191,11 +195,8 @@ def _slice(node: torch.fx.Node, importer) -> relax.Var:
     here is at least 1 (torch.export specializes sizes 0 and 1; our length tiles start at 1), so where the
     analyzer proves 0 <= start <= end <= size under that, the slice is emitted as in-bounds and its length
     is the simplified end - start. Anything else goes to the stock converter."""
-    import sys
 
-    from tvm import tirx
 
-    from kokoro_tvm.compiler.symbolic import size_analyzer
 
     x = importer.env[node.args[0]]
     dim = node.args[1] if len(node.args) > 1 else 0
@@ -239,7 +240,6 @@ CONVERTERS: dict[str, Converter] = {
 
 @functools.cache
 def _builtin_ops() -> frozenset[str]:
-    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     return frozenset(ExportedProgramImporter().create_convert_map())
 
@@ -261,7 +261,6 @@ def unsupported_ops(
 def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False):
     """Import with our converter table; fails first with the full list of unsupported ops, if any.
     With keep_params_as_input the weights stay function parameters (after the user inputs)."""
-    from tvm.relax.frontend.torch import from_exported_program
 
     # PyTorch's decompositions run once, here: the check and the importer read the same decomposed graph
     # (run twice, they were half of every import: 16 of ALBERT's 35 s, more for the decoder)

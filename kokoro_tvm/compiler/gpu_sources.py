@@ -27,6 +27,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from kokoro_tvm.compiler.pipeline import compile_lowered, lower
+from kokoro_tvm.compiler.targets import check_dtype, gpu_target
+
 log = logging.getLogger(__name__)
 
 SOURCE_FORMAT = {"metal": "metal", "cuda": "cuda"}  # inspect_source format of each device module kind
@@ -221,8 +226,6 @@ def source_problems(build: GPUBuild) -> list[str]:
 def build_sources(model, spec, kind: str = "metal") -> GPUBuild:
     """Build `model`'s component at `spec` (a kokoro_tvm.compiler.build.BuildSpec) for a GPU and inventory it."""
     from kokoro_tvm.compiler.build import relax_module
-    from kokoro_tvm.compiler.pipeline import compile_lowered, lower
-    from kokoro_tvm.compiler.targets import check_dtype, gpu_target
 
     target = gpu_target(kind)
     check_dtype(spec.dtype, kind)
@@ -315,7 +318,6 @@ def gpu_lstm_check(batch: int = 2, hidden: int = 16, steps: int = 9, seed: int =
     """The GPU recurrence kernel's arithmetic checked on the CPU, in float64: its serial twin (same loop
     nest, thread loops serial) against our CPU kernel and PyTorch's packed LSTM on the same gates. Lengths
     are steps, steps-3, ...: every sample but the first has a padded tail. Returns the max abs errors."""
-    import numpy as np
     import torch
     import tvm
 

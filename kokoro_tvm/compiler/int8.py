@@ -34,13 +34,10 @@ one quad) step with `kokoro_dpbusd_16x4`.
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax, te, tirx, topi
-from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler import packed
-from kokoro_tvm.compiler.passes import alignment_pad, parameter_names, slice_last_axis
 
 # Bump when the int8 rewrite or kernel changes what an int8 build computes or how (part of int8 artifacts' keys).
 KERNEL_VERSION = 1
@@ -65,32 +62,24 @@ declare {v} {intrinsic}({v}, {v}, {v})
 LLVM_KERNEL = _llvm_kernel(LANES) + _llvm_kernel(LANES // 2)
 
 
+class Int8Unsupported(packed.PackedUnsupported):
+    """An int8 build for a target (or a run on a CPU) without AVX512_VNNI."""
+
+
+FEATURE = packed.PackedFeature(
+    "int8", "avx512vnni", "avx512_vnni", "AVX512_VNNI", "vpdpbusd", "bf16 or fp32", Int8Unsupported
+)
+
+
 def host_supports_int8() -> bool:
     """This machine can build and run the int8 kernel for itself (AVX512_VNNI in its LLVM CPU model and flags)."""
-    return packed.host_supports("avx512vnni", "avx512_vnni")
-
-
-class Int8Unsupported(ValueError):
-    """An int8 build for a target (or a run on a CPU) without AVX512_VNNI."""
+    return packed.host_supports(FEATURE.llvm, FEATURE.flag)
 
 
 def require_int8(target) -> None:
     """Refuse (Int8Unsupported, one line) a target without AVX512_VNNI, and a host target on a CPU whose flags
     lack it. An int8 build also has bf16 layers: callers check those with bf16.require_bf16."""
-    from kokoro_tvm.compiler.targets import host_target
-
-    if not packed.target_has_feature(target, "avx512vnni"):
-        described = target.get("mcpu", target.get("kind")) if isinstance(target, dict) else str(target)
-        raise Int8Unsupported(
-            f"int8 builds need an x86 CPU with AVX512_VNNI (vpdpbusd); the target {described} has none: "
-            "use --precision bf16 or fp32"
-        )
-    mcpu = target.get("mcpu") if isinstance(target, dict) else None
-    if mcpu == host_target().get("mcpu") and packed.cpu_flag("avx512_vnni") is False:
-        raise Int8Unsupported(
-            "int8 builds need AVX512_VNNI (vpdpbusd), which this CPU does not report in /proc/cpuinfo: "
-            "use --precision bf16 or fp32"
-        )
+    packed.require(target, FEATURE)
 
 
 def _dot(lanes: int):
@@ -203,77 +192,35 @@ def _dequantize(acc: te.Tensor, correction: te.Tensor, row_scale: te.Tensor) -> 
     )
 
 
-def convertible(call) -> bool:
-    """A float32 conv1d (NCW / OIW, stride 1, one group, input channels a multiple of 4, static weights)."""
-    from kokoro_tvm.compiler.bf16 import convertible as bf16_convertible
+def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
+    """This call's channel ranges, the weights folded and packed, x packed as uint8 quads, the conv and its
+    dequantization (packed.PackedKernel's `emit`)."""
+    op, f32 = relax.op, lambda v: relax.const(v, "float32")
+    # the channel ranges of this call, widened to hold 0 (the padding)
+    lowest = builder.emit_te(topi.min, x, axis=[0, 2], primfunc_name_hint="int8_range")
+    highest = builder.emit_te(topi.max, x, axis=[0, 2], primfunc_name_hint="int8_range")
+    low = builder.emit(op.minimum(lowest, f32(0.0)))
+    high = builder.emit(op.maximum(highest, f32(0.0)))
+    scale = builder.emit(op.divide(op.maximum(op.subtract(high, low), f32(TINY)), f32(UINT8_MAX)))
+    inverse = builder.emit(op.divide(f32(1.0), scale))
+    zero = builder.emit(op.round(op.multiply(op.negative(low), inverse)))
+    # the scales folded into the weights, rounded per output channel
+    folded = builder.emit(op.multiply(w, op.reshape(scale, [1, -1, 1])))
+    row_scale = builder.emit(op.divide(op.maximum(op.max(op.abs(folded), axis=[1, 2]), f32(TINY)), f32(INT8_MAX)))
+    packed_weights = builder.emit_te(_pack_weights, folded, row_scale, zero, primfunc_name_hint="int8_pack_w")
+    wq = builder.emit(relax.TupleGetItem(packed_weights, 0))
+    correction = builder.emit(relax.TupleGetItem(packed_weights, 1))
+    words = builder.emit_te(_pack_activation, x, inverse, zero, left, right, primfunc_name_hint="int8_pack_x")
+    n, quads, padded = words.ty.shape
+    xq = builder.emit(relax.op.memory.view(words, relax.ShapeExpr([n, quads, padded, 4]), "uint8"))
+    acc = builder.emit_te(conv, xq, wq, dilation, tail, primfunc_name_hint="int8_conv1d")
+    return builder.emit_te(_dequantize, acc, correction, row_scale, primfunc_name_hint="int8_dequantize")
 
-    try:
-        channels = int(call.args[1].ty.shape[1])
-    except (AttributeError, TypeError, ValueError):
-        return False
-    return bf16_convertible(call) and channels % 4 == 0
 
-
-@mutator
-class _Int8ConvRewriter(PyExprMutator):
-    def __init__(self, mod, select):
-        super().__init__(mod)
-        self.select, self.rewritten = select, 0
-        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
-
-    def _emit(self, expr):
-        return self.builder_.emit(expr)
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not call.op.same_as(self.conv1d) or not convertible(call):
-            return call
-        if not self.select(parameter_names(self, call.args[1])):
-            return call
-        op, f32 = relax.op, lambda v: relax.const(v, "float32")
-        left, right = (int(v) for v in call.attrs.padding)
-        (dilation,) = (int(v) for v in call.attrs.dilation)
-        x, w = call.args
-        # the channel ranges of this call, widened to hold 0 (the padding)
-        lowest = self.builder_.emit_te(topi.min, x, axis=[0, 2], primfunc_name_hint="int8_range")
-        highest = self.builder_.emit_te(topi.max, x, axis=[0, 2], primfunc_name_hint="int8_range")
-        low = self._emit(op.minimum(lowest, f32(0.0)))
-        high = self._emit(op.maximum(highest, f32(0.0)))
-        scale = self._emit(op.divide(op.maximum(op.subtract(high, low), f32(TINY)), f32(UINT8_MAX)))
-        inverse = self._emit(op.divide(f32(1.0), scale))
-        zero = self._emit(op.round(op.multiply(op.negative(low), inverse)))
-        # the scales folded into the weights, rounded per output channel
-        folded = self._emit(op.multiply(w, op.reshape(scale, [1, -1, 1])))
-        row_scale = self._emit(
-            op.divide(op.maximum(op.max(op.abs(folded), axis=[1, 2]), f32(TINY)), f32(INT8_MAX))
-        )
-        packed_weights = self.builder_.emit_te(_pack_weights, folded, row_scale, zero, primfunc_name_hint="int8_pack_w")
-        wq = self._emit(relax.TupleGetItem(packed_weights, 0))
-        correction = self._emit(relax.TupleGetItem(packed_weights, 1))
-        length = x.ty.shape[2] + left + right - dilation * (int(w.ty.shape[2]) - 1)
-        extra = alignment_pad(length)  # whole column tiles, as for the bf16 and float32 convs
-        tail = alignment_pad(x.ty.shape[2] + left + right + extra, LANES)  # whole vectors of words: the packing
-        words = self.builder_.emit_te(
-            _pack_activation, x, inverse, zero, left, right + extra + tail, primfunc_name_hint="int8_pack_x"
-        )
-        n, quads, padded = words.ty.shape
-        xq = self._emit(relax.op.memory.view(words, relax.ShapeExpr([n, quads, padded, 4]), "uint8"))
-        acc = self.builder_.emit_te(conv, xq, wq, dilation, tail, primfunc_name_hint="int8_conv1d")
-        out = self.builder_.emit_te(_dequantize, acc, correction, row_scale, primfunc_name_hint="int8_dequantize")
-        self.rewritten += 1
-        return slice_last_axis(out, 0, length) if extra else out
+KERNEL = packed.PackedKernel(group=4, emit=_emit)
 
 
 def Int8Convolutions(select=lambda parameters: True):  # noqa: N802 (TVM pass naming)
     """Every convertible float32 conv1d whose weight's parameter names `select` accepts, as the per-call
     int8_channel conv (see the module)."""
-
-    @tvm.transform.module_pass(opt_level=0, name="Int8Convolutions")
-    def _pass(mod, _ctx):
-        rewriter = _Int8ConvRewriter(mod, select)
-        for gvar, func in list(mod.functions_items()):
-            if isinstance(func, relax.Function):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return rewriter.builder_.get()
-
-    return _pass
+    return packed.PackedConvolutions("Int8Convolutions", KERNEL, select)

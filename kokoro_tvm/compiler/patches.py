@@ -12,6 +12,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.weight_norm import WeightNorm
 
 
 class ExportableCustomSTFT(torch.nn.Module):
@@ -44,7 +45,6 @@ def folded_weight_norm(model):
     very function kokoro's forward pre-hook calls each forward, so the values are identical) and stored as a
     plain parameter; the hooks and the g/v parameters are restored on exit. The compiled graph then holds
     weights instead of recomputing ~100 norms (a per-call cost independent of the utterance length)."""
-    from torch.nn.utils.weight_norm import WeightNorm
 
     folded = []
     with torch.no_grad():

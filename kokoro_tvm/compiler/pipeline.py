@@ -27,7 +27,9 @@ import logging
 import os
 from pathlib import Path
 
+from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 from kokoro_tvm.compiler.targets import GPU_KINDS
+from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, PRECISIONS
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,6 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         PolyphaseConvTranspose,
         VectorizableSine,
     )
-    from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 
     target = _target(target)
     gpu = target.kind.name in GPU_KINDS
@@ -133,7 +134,6 @@ def precision_passes(component: str, precision: str) -> list:
     """Rewrites that set a component's arithmetic, run before lifting (kokoro_tvm.compiler.bf16): none for "full";
     for bf16 the registry's BF16_CONVOLUTIONS of `component` (conv-transposes made plain convs first), and the
     Snake activations feeding them with a float32 sine."""
-    from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, PRECISIONS
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")

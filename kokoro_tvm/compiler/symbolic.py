@@ -2,7 +2,8 @@
 
 The length axis is exported as `LENGTH_TILE * k` with `k` a torch.export `Dim` (inputs at 2F and 600F as
 `2 * LENGTH_TILE * k` and `600 * LENGTH_TILE * k`: the registry's length relations). Every loop over the
-length then has an extent like `16 * k`, which the CPU schedule rules (kokoro_tvm.compiler.schedule.cpu) can
+length then has an extent like `16 * k`, which the CPU schedule rules (kokoro_tvm.compiler.schedule.cpu, proving with
+compiler.sizes) can
 prove divisible by their vector and register tiles for every k, so they tile and vectorize as they do a
 static bucket; the padding a caller adds is at most LENGTH_TILE - 1 steps, masked exactly as in a bucket.
 
@@ -43,21 +44,6 @@ class SymbolicShape:
     @property
     def max_length(self) -> int:
         return self.max_tiles * LENGTH_TILE
-
-
-def size_analyzer(*exprs):
-    """TVM's arithmetic analyzer knowing that every free variable of `exprs` is a size of at least 1 (our
-    symbolic sizes are tile counts, `Dim(min=1)`; torch.export specializes sizes 0 and 1 otherwise). The
-    schedule rules, the Relax rewrites and the slice converter prove their facts with it."""
-    import tvm
-    from tvm import sym, tirx
-
-    analyzer = sym.Analyzer()
-    for expr in exprs:
-        if not isinstance(expr, int):
-            for var in tirx.analysis.undefined_vars(expr):
-                analyzer.bind(var, tvm.ir.Range.from_min_extent(1, 1 << 40))
-    return analyzer
 
 
 def default_shape(name: str) -> SymbolicShape:
@@ -124,23 +110,6 @@ def add_tile_count(mod):
     mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
     mod["main"] = updated.with_attr("num_input", inputs + 1)
     return mod
-
-
-def symbolic_relax_module(model, shape: SymbolicShape, precision: str = "full"):
-    """Export and import one component with a symbolic length: (module, exported program, seconds)."""
-    import time
-
-    from kokoro_tvm.compiler.converters import to_relax
-    from kokoro_tvm.compiler.pipeline import lift_weight_transforms
-    from kokoro_tvm.reference.pt_dynamic import default_dtype
-
-    t0 = time.perf_counter()
-    exported = export_symbolic(model, shape)
-    t1 = time.perf_counter()
-    with default_dtype(next(model.parameters()).dtype):
-        mod = to_relax(exported, keep_params_as_input=True)
-        mod = lift_weight_transforms(add_tile_count(mod), shape.component, precision)
-    return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 
 def CompactSymbolicBuffers():  # noqa: N802 (TVM pass naming)

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 DTYPES = ("float32", "float64")
 GPU_KINDS = ("metal", "cuda")
@@ -38,7 +39,6 @@ def host_target() -> dict:
 
 def cpu_flags() -> frozenset[str] | None:
     """This CPU's flags in /proc/cpuinfo ("avx512_bf16", ...); None where there is no such file."""
-    from pathlib import Path
 
     cpuinfo = Path("/proc/cpuinfo")
     if not cpuinfo.exists():

@@ -17,6 +17,7 @@ import sys
 
 import tvm
 from tvm import tirx
+from tvm.s_tir import dlight
 
 from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
 
@@ -82,7 +83,6 @@ class CountingRule:
 def rules(counts: dict[str, int] | None = None):
     """dlight's GPU rules, in the order TVM's own GPU pipeline tries them; with `counts`, each counts the
     functions it schedules."""
-    from tvm.s_tir import dlight
 
     chosen = [dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
               dlight.gpu.Fallback()]  # fmt: skip
@@ -103,4 +103,4 @@ def count_hand_written(counts: dict[str, int]):
 def import_tensor_intrinsics() -> None:
     """Import `tvm.s_tir.tensor_intrin` once, quickly (dlight's GPU Matmul rule imports it inside a rule)."""
     with fast_tvmscript_stack():
-        import tvm.s_tir.tensor_intrin  # noqa: F401
+        import tvm.s_tir.tensor_intrin  # noqa: F401  (deferred: it must run under fast_tvmscript_stack)

@@ -1,0 +1,16 @@
+"""Relax-level rewrites for speed, one per file. Each computes the same values as the graph it replaces (in exact
+arithmetic: only the order of additions can change), and each is a plain Relax module pass that
+kokoro_tvm.compiler.pipeline runs in its rewrite phase.
+
+- conv_layout.py: `PolyphaseConvTranspose` (conv-transpose without the zero multiply-adds), `AlignConvLengths`
+  (conv outputs in whole column tiles);
+- sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes);
+- powers.py: `IntegerPowers` (x^2, x^3 as products);
+- base.py: what they (and the packed bf16 / int8 conv rewrites) share.
+"""
+
+from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, PolyphaseConvTranspose
+from kokoro_tvm.compiler.passes.powers import IntegerPowers
+from kokoro_tvm.compiler.passes.sine import VectorizableSine
+
+__all__ = ["AlignConvLengths", "IntegerPowers", "PolyphaseConvTranspose", "VectorizableSine"]

@@ -1,0 +1,89 @@
+"""What every Relax rewrite of kokoro_tvm.compiler.passes (and the packed-conv rewrites of compiler.bf16 and
+compiler.int8) shares: the module-pass wrapper, shapes read off expressions, the conv alignment arithmetic, the
+parameter names an expression is computed from."""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator
+
+from kokoro_tvm.compiler.sizes import static_value
+
+ALIGN = 32  # a whole number of the conv kernel's column tiles (one or two AVX-512 float32 vectors)
+
+
+def rewriting_pass(name: str, make_rewriter):
+    """A module pass that runs the PyExprMutator `make_rewriter(mod)` over every Relax function."""
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _pass(mod, _ctx):
+        rewriter = make_rewriter(mod)
+        for gvar, func in list(mod.functions_items()):
+            if isinstance(func, relax.Function):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        return rewriter.builder_.get()
+
+    return _pass
+
+
+def ints(values) -> list[int]:
+    return [int(v) for v in values]
+
+
+def static_shape(expr) -> list[int] | None:
+    try:
+        return ints(expr.ty.shape)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def shape_of(expr) -> list | None:
+    """The shape with static sizes as ints and symbolic ones (a length of k tiles) as TIR expressions."""
+    shape = getattr(expr.ty, "shape", None)
+    if shape is None:
+        return None
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape.values]
+
+def alignment_pad(length, align: int = ALIGN) -> int:
+    """Steps to add to a conv's output `length` so it is a whole number of `align`-step column tiles. For a
+    symbolic length the pad must be one number for every tile count: `16k` needs a different pad to reach a
+    multiple of 32 for odd and even k, so the tile is halved until the pad is a number (`16k + c` has one to
+    a multiple of 16, the column tile of one AVX-512 float32 vector; `8k + c` to a multiple of 8, half one)."""
+    while align > 1:
+        extra = static_value(-length % align)
+        if extra is not None:
+            return extra
+        align //= 2
+    return 0
+
+
+def slice_last_axis(x, begin, end):
+    """x[..., begin:end] on the last axis, bounds known to be in range (no clamping terms in a symbolic
+    length: they would leave shapes the later passes cannot match)."""
+    return relax.op.strided_slice(x, axes=[2], begin=[begin], end=[end], assume_inbound=True)
+
+
+def parameter_names(mutator: PyExprMutator, expr, depth: int | None = None) -> set[str]:
+    """Names of the function parameters `expr` is computed from (within `depth` bindings, if given), through the
+    bindings `mutator` has emitted so far."""
+    names, stack = set(), [(expr, 0)]
+    while stack:
+        node, level = stack.pop()
+        if depth is not None and level > depth:
+            continue
+        if isinstance(node, relax.Var):
+            bound = mutator.lookup_binding(node)
+            if bound is None:
+                names.add(node.name)
+                continue
+            node, level = bound, level + 1
+        if isinstance(node, relax.Call):
+            stack.extend((arg, level) for arg in node.args)
+        elif isinstance(node, relax.Tuple):
+            stack.extend((field, level) for field in node.fields)
+        elif isinstance(node, relax.TupleGetItem):
+            stack.append((node.tuple_value, level))
+    return names
+
+

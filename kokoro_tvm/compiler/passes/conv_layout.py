@@ -1,0 +1,111 @@
+"""Conv layout rewrites: the same values as the graph they replace (only the order of additions may change).
+
+- `PolyphaseConvTranspose`: TOPI lowers ConvTranspose1d(stride s) to a convolution over the input dilated with
+  s-1 zeros between samples, so s-1 of every s multiply-adds are by zero (the generator's x10 and x6
+  upsamplers, the iSTFT's hop-5 overlap-add). Written as one ordinary conv with s*C_out output channels (one
+  phase of the output per group of channels) and an interleave, it does only the useful work.
+- `AlignConvLengths`: the CPU conv kernel (kokoro_tvm.compiler.schedule.cpu.contraction) tiles the output time
+  axis in whole vectors; a length that is not a multiple of the tile would scalarize the kernel. The conv's right
+  padding is extended so its output length is a multiple of ALIGN, and the extra outputs are sliced off (they
+  read only zeros past the end, so the kept outputs are unchanged).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from kokoro_tvm.compiler.passes.base import (
+    ALIGN,
+    alignment_pad,
+    ints,
+    rewriting_pass,
+    shape_of,
+    slice_last_axis,
+    static_shape,
+)
+
+
+@mutator
+class _ConvRewriter(PyExprMutator):
+    def __init__(self, mod, polyphase: bool, align: int | None):
+        super().__init__(mod)
+        self.polyphase, self.align = polyphase, align
+        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
+        self.conv1d_transpose = tvm.ir.Op.get("relax.nn.conv1d_transpose")
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        rewritten = None
+        if self.polyphase and call.op.same_as(self.conv1d_transpose):
+            rewritten = self._polyphase(call)
+        elif self.align and call.op.same_as(self.conv1d):
+            rewritten = self._aligned(call)
+        return call if rewritten is None else rewritten
+
+    def _aligned(self, call):
+        attrs = call.attrs
+        x_shape, w_shape = shape_of(call.args[0]), static_shape(call.args[1])
+        if x_shape is None or w_shape is None or attrs.data_layout != "NCW" or attrs.kernel_layout != "OIW":
+            return None
+        (stride,), (dilation,) = ints(attrs.strides), ints(attrs.dilation)
+        left, right = ints(attrs.padding)
+        length = (x_shape[2] + left + right - dilation * (w_shape[2] - 1) - 1) // stride + 1
+        extra = alignment_pad(length, self.align)
+        if not extra:
+            return None
+        wide = self.builder_.emit(
+            relax.op.nn.conv1d(
+                call.args[0],
+                call.args[1],
+                strides=stride,
+                padding=(left, right + extra * stride),
+                dilation=dilation,
+                groups=int(attrs.groups),
+                out_dtype=attrs.out_dtype,
+            )
+        )
+        return slice_last_axis(wide, 0, length)
+
+    def _polyphase(self, call):
+        attrs = call.attrs
+        x_shape, w_shape = shape_of(call.args[0]), static_shape(call.args[1])
+        if x_shape is None or w_shape is None or int(attrs.groups) != 1:
+            return None
+        if attrs.data_layout != "NCW" or attrs.kernel_layout != "IOW" or ints(attrs.dilation) != [1]:
+            return None
+        (s,) = ints(attrs.strides)
+        if s == 1:
+            return None
+        left, right = ints(attrs.padding)
+        (output_padding,) = ints(attrs.output_padding)
+        _, steps = x_shape[0], x_shape[2]
+        c_in, c_out, k = w_shape
+        length = (steps - 1) * s - left - right + k + output_padding
+        taps = -(-(k + max(0, output_padding - right)) // s)  # taps per phase: ceil
+        emit, op = self.builder_.emit, relax.op
+        w = call.args[1]
+        if taps * s > k:  # zero taps so every phase has the same count
+            w = emit(op.nn.pad(w, pad_width=[0, 0, 0, 0, 0, taps * s - k]))
+        # w[ci, co, j*s + r] -> W[co*s + r, ci, taps-1-j]
+        w = emit(op.reshape(w, (c_in, c_out, taps, s)))
+        w = emit(op.permute_dims(w, [1, 3, 0, 2]))
+        w = emit(op.flip(w, axis=3))
+        w = emit(op.reshape(w, (c_out * s, c_in, taps)))
+        phases = emit(
+            op.nn.conv1d(call.args[0], w, padding=(taps - 1, taps - 1), out_dtype=attrs.out_dtype)
+        )  # [B, c_out*s, Q] with Q = steps + taps - 1; output y = q*s + r - left
+        q = steps + taps - 1
+        z = emit(op.reshape(phases, (x_shape[0], c_out, s, q)))
+        z = emit(op.permute_dims(z, [0, 1, 3, 2]))
+        z = emit(op.reshape(z, (x_shape[0], c_out, q * s)))
+        return slice_last_axis(z, left, left + length)
+
+
+def PolyphaseConvTranspose():  # noqa: N802 (TVM pass naming)
+    return rewriting_pass("PolyphaseConvTranspose", lambda mod: _ConvRewriter(mod, polyphase=True, align=None))
+
+
+def AlignConvLengths(align: int = ALIGN):  # noqa: N802 (TVM pass naming)
+    return rewriting_pass("AlignConvLengths", lambda mod: _ConvRewriter(mod, polyphase=False, align=align))

@@ -1,0 +1,322 @@
+"""`Contraction`: one multiply-accumulate reduction (conv1d, conv-transpose, matmul) plus injective producers and
+an epilogue, as a register-blocked direct kernel. The output is tiled ROWS x COLS (rows = output channels or
+matmul rows, cols = the contiguous output axis; 16 x 1 AVX-512 vector, or 8 x 2 where 16 weight rows would share
+one L1 set), accumulated in a local tile the compiler keeps in registers over the whole reduction, the epilogue
+(bias, masking, Snake, leaky ReLU...) applied to the tile while it is hot, and the tiles spread over the cores.
+Packed bf16 / int8 convs (kokoro_tvm.compiler.bf16, compiler.int8) have their (columns x channel group) step
+tensorized as one vdpbf16ps or vpdpbusd.
+
+The conv tile assumes the contiguous output axis is a multiple of COLS; kokoro_tvm.compiler.passes.conv_layout's
+`AlignConvLengths` arranges that. `Contraction.schedule` reads as its steps: match, tile choice, epilogue
+folding, loop order, epilogue placement, vector and tensorized steps.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, sym, tirx
+from tvm.s_tir.dlight.base.common_schedules import try_inline
+
+from kokoro_tvm.compiler.schedule.cpu.base import (
+    CPURule,
+    elementwise_loops,
+    extent,
+    same_positions,
+    vectorize_inner,
+)
+from kokoro_tvm.compiler.sizes import divides
+from kokoro_tvm.compiler.targets import CPUGeometry
+from kokoro_tvm.components import LENGTH_TILE
+
+# Register tiles (rows x vectors of columns) for targets with 32 vector registers (AVX-512, NEON), 16
+# accumulators either way; targets with 16 registers (AVX2, SSE) get half as many rows. 16 x 1 measured faster
+# than 8 x 2 on every generator conv on AVX-512 (one whole-cache-line input load per reduction step;
+# NOTES/performance.md), but its 16 broadcast rows must not collide in L1: rows whose stride is a multiple of
+# (L1 sets x line) bytes (4 KiB here: 1024 input channels x k3, 512 x k2) all map to one cache set and ran at
+# half speed; those get 8 x 2. Vector width and cache geometry come from the target
+# (kokoro_tvm.compiler.targets.cpu_geometry).
+WIDE_TILE, NARROW_TILE = (16, 1), (8, 2)
+ROW_CHOICES = (16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)  # the largest divisor of the row extent
+
+
+def _tiles(geometry: CPUGeometry) -> tuple[tuple[int, int], tuple[int, int]]:
+    if geometry.vector_registers >= 32:
+        return WIDE_TILE, NARROW_TILE
+    return (WIDE_TILE[0] // 2, WIDE_TILE[1]), (NARROW_TILE[0] // 2, NARROW_TILE[1])
+
+
+# Only the choice between two equally valid tile orders looks at a size (the rest is proved for every length);
+# for a symbolic size it uses REPRESENTATIVE_LENGTH.
+REPRESENTATIVE_LENGTH = 256  # tokens or frames, near the corpus median (NOTES/dynamic_shapes.md)
+
+
+def _representative(extent) -> int:
+    """A static extent itself; a symbolic one at REPRESENTATIVE_LENGTH (its tile count bound to that length's)."""
+    if isinstance(extent, int):
+        return extent
+    analyzer = sym.Analyzer()
+    for var in tirx.analysis.undefined_vars(extent):
+        analyzer.bind(var, tirx.IntImm(str(var.ty), REPRESENTATIVE_LENGTH // LENGTH_TILE))
+    return int(analyzer.simplify(extent))
+
+
+def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
+    """out = out + a * b with a and b read from two different buffers."""
+    stmt = sch.get(block)
+    body = stmt.body
+    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Add):
+        return False
+    update = body.value.b if isinstance(body.value.a, tvm.ir.TensorLoad) else body.value.a
+    while isinstance(update, tirx.Cast):
+        update = update.value
+    if not isinstance(update, tirx.Mul):
+        return False
+    return len({r.source.name for r in stmt.reads} - {stmt.writes[0].source.name}) >= 2
+
+
+# Packed dot-product steps: (operand dtypes, accumulator dtype, channels per lane) -> the module whose
+# register_intrinsic(lanes) names the tensor intrinsic of one (columns x channel group) step
+PACKED_STEPS = {
+    (("uint16", "uint16"), "float32", 2): "kokoro_tvm.compiler.bf16",  # vdpbf16ps
+    (("int8", "uint8"), "int32", 4): "kokoro_tvm.compiler.int8",  # vpdpbusd
+}
+
+
+def _packed_step(sch: s_tir.Schedule, block, reduce: list, lanes: int):
+    """For a kokoro_tvm.compiler.bf16 conv (two uint16 bf16 bit patterns, float32 accumulation, channel pairs)
+    or a compiler.int8 conv (uint8 x int8, int32 accumulation, channel quads), with the channel-group axis last
+    and 16 lanes (AVX-512): the module that registers its step's tensor intrinsic. None otherwise."""
+    stmt = sch.get(block)
+    operands = tuple(sorted(str(r.source.dtype) for r in stmt.reads if r.source.name != stmt.writes[0].source.name))
+    if lanes != 16 or len(reduce) < 2 or len(operands) != 2:
+        return None
+    name = PACKED_STEPS.get((operands, str(stmt.writes[0].source.dtype), extent(sch, reduce[-1])))
+    return importlib.import_module(name) if name else None
+
+
+def _operands(sch: s_tir.Schedule, block, spatial: int) -> dict | None:
+    """For out[.., row, col] += A[..row..] * B[..col..]: the bytes of A (read along rows, broadcast) and of B
+    (read along columns, vector loads), and A's stride between consecutive rows. None if not that shape."""
+    stmt = sch.get(block)
+    row_var, col_var = stmt.iter_vars[spatial - 2].var, stmt.iter_vars[spatial - 1].var
+    written = stmt.writes[0].source.name
+    found = {}
+    for region in stmt.reads:
+        buffer = region.source
+        if buffer.name == written:
+            continue
+        used = [tirx.analysis.undefined_vars(r.min) for r in region.region]
+        row_dims = [i for i, variables in enumerate(used) if any(v.same_as(row_var) for v in variables)]
+        col_dims = [i for i, variables in enumerate(used) if any(v.same_as(col_var) for v in variables)]
+        shape = [_representative(int(d) if isinstance(d, tirx.IntImm) else d) for d in buffer.shape]
+        size = buffer.dtype.bits // 8
+        for d in shape:
+            size *= d
+        if row_dims and not col_dims:
+            stride = buffer.dtype.bits // 8
+            for d in shape[row_dims[-1] + 1 :]:
+                stride *= d
+            found["row"] = (size, stride)
+        elif col_dims and not row_dims:
+            found["col"] = (size, 0)
+    if set(found) != {"row", "col"}:
+        return None
+    return {"row_bytes": found["row"][0], "row_stride_bytes": found["row"][1], "col_bytes": found["col"][0]}
+
+
+def _set_collisions(stride_bytes: int, rows: int, geometry: CPUGeometry) -> int:
+    """The most of `rows` rows, `stride_bytes` apart, that share one L1 cache set."""
+    sets: dict[int, int] = {}
+    for r in range(rows):
+        index = (r * stride_bytes // geometry.cache_line) % geometry.l1_sets
+        sets[index] = sets.get(index, 0) + 1
+    return max(sets.values())
+
+
+
+@dataclass
+class _Match:
+    """The reduction block and the loops around it, as `Contraction` found them."""
+
+    main: object  # the reduction's BlockInfo
+    producers: list
+    consumers: list
+    outer: list
+    row: object
+    col: object
+    reduce: list
+
+
+@dataclass
+class _Tile:
+    rows: int
+    cols: int
+    lanes: int
+    rows_outer: bool  # walk the columns of one row slab (the row operand is the larger)
+    packed: object  # the bf16 / int8 module whose step is tensorized, or None
+
+
+def _match(sch: s_tir.Schedule, infos: list) -> _Match | None:
+    """One multiply-accumulate reduction with its spatial axes first (a row and a column axis at least), and only
+    injective blocks before and after it."""
+    reductions = [b for b in infos if b.is_reduction()]
+    if len(reductions) != 1 or not _is_multiply_accumulate(sch, reductions[0].block_rv):
+        return None
+    main = reductions[0]
+    kinds = main.dom_kind()
+    if kinds.rstrip("R") != kinds.replace("R", "") or kinds.count("S") < 2:
+        return None
+    position = infos.index(main)
+    producers, consumers = infos[:position], infos[position + 1 :]
+    if any(not b.is_injective() for b in producers + consumers):
+        return None
+    loops = sch.get_loops(main.block_rv)
+    spatial, reduce = loops[: kinds.count("S")], loops[kinds.count("S") :]
+    *outer, row, col = spatial
+    return _Match(main, producers, consumers, outer, row, col, reduce)
+
+
+def _choose_tile(sch: s_tir.Schedule, found: _Match, geometry: CPUGeometry) -> _Tile | None:
+    """The register tile (rows x columns), its walking order and the packed step, or None for a ragged column
+    axis (which would scalarize the whole kernel)."""
+    block = found.main.block_rv
+    lanes = geometry.lanes(sch.get(block).writes[0].source.dtype.bits)
+    col_extent, row_extent = extent(sch, found.col), extent(sch, found.row)
+    operands = _operands(sch, block, len(found.outer) + 2)
+    wide, narrow = _tiles(geometry)
+    max_rows, vectors = wide
+    if operands is not None and _set_collisions(operands["row_stride_bytes"], max_rows, geometry) > (
+        geometry.l1_ways // 2
+    ):
+        max_rows, vectors = narrow
+    cols = vectors * lanes
+    while cols > lanes and not divides(cols, col_extent):
+        cols //= 2
+    if not divides(cols, col_extent) and divides(lanes // 2, col_extent):
+        # a length of 8k steps (the frame-rate convs of a symbolic build): half-width vectors, which this
+        # CPU issues at the same FLOP rate (Zen 4 runs a 512-bit FMA as two 256-bit halves); the decoder
+        # at 168 frames took 1.13 s, between its 1.10 s at 160 and 1.20 s at 176 (NOTES/dynamic_shapes.md)
+        cols = lanes // 2
+    if not divides(cols, col_extent):
+        return None
+    rows = next(r for r in ROW_CHOICES if divides(r, row_extent) and r <= max_rows)
+    # tile order: walk the rows of one column slab (the slab stays in cache, the row operand streams), unless
+    # the row operand (conv weights) is the larger one: then walk the columns of one row slab
+    rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
+    # bf16 pairs (kokoro_tvm.compiler.bf16) or int8 quads (compiler.int8): the channel-group axis goes
+    # innermost, under the column vector, and the (16 columns x 1 group) step becomes one vdpbf16ps or
+    # vpdpbusd (8 columns: the ymm form)
+    packed = _packed_step(sch, block, found.reduce, lanes)
+    return _Tile(rows, cols, lanes, rows_outer, packed)
+
+
+def _fold_epilogue(sch: s_tir.Schedule, found: _Match) -> bool:
+    """Fold the injective chain after the reduction into its last block, including side inputs computed before
+    the reduction (a residual, a mask) that only the epilogue reads; those leave `found.producers`. False where
+    that fails. (Inlined even when read twice: epilogues are a few cheap operations deep.)"""
+    main_inputs = {r.source.name for r in sch.get(found.main.block_rv).reads}
+    side = [b for b in found.producers if sch.get(b.block_rv).writes[0].source.name not in main_inputs]
+    found.producers = [b for b in found.producers if b not in side]
+    return not try_inline(sch, side + found.consumers[:-1])
+
+
+def _order_loops(sch: s_tir.Schedule, found: _Match, tile: _Tile, reduce: list, pair: list):
+    """Split the output into tiles and order the loops: tile loops (the outer ones in parallel), the reduction,
+    then the register tile. Returns (the loop the accumulator lives under, row_i, col_i)."""
+    row_extent, col_extent = extent(sch, found.row), extent(sch, found.col)
+    row_o, row_i = sch.split(found.row, [None, tile.rows])
+    col_o, col_i = sch.split(found.col, [None, tile.cols])
+    outer = found.outer
+    if isinstance(row_extent, int) and isinstance(col_extent, int):
+        first, second = (row_o, col_o) if tile.rows_outer else (col_o, row_o)
+        sch.reorder(*outer, first, second, *reduce, row_i, col_i, *pair)
+        anchor = sch.fuse(*outer, first, second)  # one task per tile; neighbours share a slab
+        sch.parallel(anchor)
+        return anchor, row_i, col_i
+    # A symbolic tile loop is never fused: dividing a fused index by a symbolic extent (4k + 2) is beyond the
+    # region analysis, which then sized the accumulator as the whole output on the stack (a 9 s kernel that
+    # overwrote memory). Static tile loops outside in parallel, the symbolic one inside, and the tile's
+    # accumulator placed under it.
+    only_cols_static = isinstance(col_extent, int) and not isinstance(row_extent, int)
+    only_rows_static = isinstance(row_extent, int) and not isinstance(col_extent, int)
+    single = all(isinstance(extent(sch, loop), int) and extent(sch, loop) == 1 for loop in outer)
+    if only_rows_static and not tile.rows_outer and single:
+        # a conv over a symbolic length whose input outweighs its weights: walk the rows of one column slab as a
+        # static build does (each input slab read once, the weights stay in cache), the symbolic column-tile
+        # loop in parallel on its own. Rows outside instead stream the whole input once per row slab: 102-104
+        # against 131-133 GFLOP/s (128 ch, k7, 19,232 steps), 90 against 107 (512 ch, k3).
+        first, second = col_o, row_o
+        sch.reorder(*outer, first, second, *reduce, row_i, col_i, *pair)
+        sch.parallel(first)
+        return second, row_i, col_i
+    first, second = (col_o, row_o) if only_cols_static else (row_o, col_o)
+    sch.reorder(*outer, first, second, *reduce, row_i, col_i, *pair)
+    # the leading static loops (both tile loops symbolic, as attention scores T x T: the outer ones)
+    parallel = list(itertools.takewhile(lambda loop: isinstance(extent(sch, loop), int), [*outer, first]))
+    if parallel:
+        sch.parallel(sch.fuse(*parallel) if len(parallel) > 1 else parallel[0])
+    return second, row_i, col_i
+
+
+def _place_epilogue(sch: s_tir.Schedule, found: _Match, anchor, lanes: int) -> None:
+    """The accumulator tile under `anchor`, and the epilogue applied to it there when it reads the reduction at
+    its own positions; otherwise the epilogue is its own pass over the finished reduction."""
+    consumers = found.consumers
+    # decided before cache_write, which makes the main block write the accumulator instead of the buffer the
+    # epilogue reads (checked after it, every epilogue ran as its own pass over the whole output)
+    per_tile_epilogue = bool(consumers) and same_positions(sch, consumers[-1].block_rv, found.main.block_rv)
+    accumulator = sch.cache_write(found.main.block_rv, 0, "local")
+    sch.reverse_compute_at(accumulator, anchor)
+    if per_tile_epilogue:
+        sch.reverse_compute_at(consumers[-1].block_rv, anchor)
+        vectorize_inner(sch, consumers[-1].block_rv, lanes)
+        sch.compute_inline(accumulator)  # the epilogue reads the accumulator tile: no copy of it
+    else:
+        vectorize_inner(sch, accumulator, lanes)
+        if consumers:
+            elementwise_loops(sch, consumers[-1].block_rv, lanes)
+
+
+def _vector_steps(sch: s_tir.Schedule, found: _Match, tile: _Tile, reduce: list, row_i, col_i) -> None:
+    """The register tile unrolled over rows, its columns one vector (or, for a packed conv, the tensorized
+    step), the accumulator's initialization vectorized."""
+    sch.unroll(row_i)
+    if tile.packed is None:
+        sch.vectorize(col_i)
+    init = sch.decompose_reduction(found.main.block_rv, reduce[0])
+    vectorize_inner(sch, init, tile.lanes)
+    if tile.packed is not None:
+        step = tile.packed.LANES
+        vectors = sch.split(col_i, [None, step]) if tile.cols > step else [col_i]
+        if len(vectors) > 1:
+            sch.unroll(vectors[0])
+        sch.tensorize(vectors[-1], tile.packed.register_intrinsic(min(tile.cols, step)))  # 8 columns: ymm
+
+
+class Contraction(CPURule):
+    def schedule(self, sch, infos, geometry):
+        # Step 1. One multiply-accumulate reduction with injective work around it.
+        found = _match(sch, infos)
+        if found is None:
+            return None
+        # Step 2. The register tile, its order, and the packed step (whose channel-group axis goes innermost).
+        tile = _choose_tile(sch, found, geometry)
+        if tile is None:
+            return None
+        reduce, pair = (found.reduce[:-1], found.reduce[-1:]) if tile.packed is not None else (found.reduce, [])
+        # Step 3. The epilogue folded into one block.
+        if not _fold_epilogue(sch, found):
+            return None
+        # Step 4. Tiles and loop order.
+        anchor, row_i, col_i = _order_loops(sch, found, tile, reduce, pair)
+        # Step 5. The accumulator and the epilogue per tile.
+        _place_epilogue(sch, found, anchor, tile.lanes)
+        # Step 6. Vector and tensorized steps; the producers as parallel vector loops.
+        _vector_steps(sch, found, tile, reduce, row_i, col_i)
+        for producer in found.producers:
+            elementwise_loops(sch, producer.block_rv, tile.lanes)
+        return sch
