@@ -9,11 +9,34 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from kokoro_tvm import __version__
+from kokoro_tvm import __version__, paths
+from kokoro_tvm._packages import MissingPackageError
+from kokoro_tvm.artifacts import ArtifactError
+from kokoro_tvm.compiler.gpu_sources import build_components
+from kokoro_tvm.components import NAMES, lengths_for
+from kokoro_tvm.frontend.g2p import G2PUnavailableError
+from kokoro_tvm.frontend.text import TextError
+from kokoro_tvm.frontend.voices import (
+    DEFAULT_VOICE,
+    UnknownVoiceError,
+    VoicePackError,
+    fetch_official_voices,
+    voice_table,
+)
+from kokoro_tvm.report.lab import lab_command
+from kokoro_tvm.report.notebook_runner import PipelineError, run
+from kokoro_tvm.runtime.buckets import parse_buckets
+from kokoro_tvm.runtime.bundle_runner import BundleError
+from kokoro_tvm.runtime.devices import DEVICES, require_device
+from kokoro_tvm.synthesis import BACKENDS, synthesize
+from kokoro_tvm.tools import gpu_check
+from kokoro_tvm.tools.bench import DEFAULT_TEXT, bench
+from kokoro_tvm.weights.onnx_int8 import CorruptModelError
 
 log = logging.getLogger("kokoro_tvm.cli")
 
@@ -25,14 +48,6 @@ LANG_HELP = (
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    from kokoro_tvm._packages import MissingPackageError
-    from kokoro_tvm.artifacts import ArtifactError
-    from kokoro_tvm.frontend.g2p import G2PUnavailableError
-    from kokoro_tvm.frontend.text import TextError
-    from kokoro_tvm.frontend.voices import UnknownVoiceError, VoicePackError
-    from kokoro_tvm.report.notebook_runner import PipelineError
-    from kokoro_tvm.runtime.bundle_runner import BundleError
-    from kokoro_tvm.weights.onnx_int8 import CorruptModelError
     from kokoro_tvm.weights.resolve import WeightsError
 
     return (
@@ -53,7 +68,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 def cmd_say(args: argparse.Namespace) -> int:
     from kokoro_tvm.runtime.audio_io import write_wav
-    from kokoro_tvm.synthesis import synthesize
 
     start = time.perf_counter()
     noise = "zero" if args.zero_noise else args.seed
@@ -96,7 +110,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     from kokoro_tvm.compiled import check_precision, resolve_precision
     from kokoro_tvm.compiler.build import precompile
-    from kokoro_tvm.runtime.buckets import parse_buckets
     from kokoro_tvm.weights.resolve import load_kmodel
 
     buckets = parse_buckets(args.buckets)  # a bad spec fails before the weights load
@@ -120,8 +133,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_build(args: argparse.Namespace) -> int:
-    from kokoro_tvm.compiler.gpu_sources import build_components
-    from kokoro_tvm.components import NAMES, lengths_for
     from kokoro_tvm.weights.resolve import load_kmodel
 
     chosen = list(NAMES) if not args.components else [c.strip() for c in args.components.split(",") if c.strip()]
@@ -142,7 +153,6 @@ def cmd_gpu_build(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:
-    from kokoro_tvm.studies import gpu_check
     from kokoro_tvm.weights.resolve import load_kmodel
 
     gpu_check.check_device(args.target)
@@ -151,7 +161,6 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
         print(json.dumps(gpu_check.score(out / "bundle", args.score)))
         return 0
     if args.target != "cpu" and not args.bundle_only:
-        from kokoro_tvm.runtime.devices import require_device
 
         require_device(args.target)  # before any weights load or build
     model, info = load_kmodel(args.weights)
@@ -169,7 +178,6 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
 
 
 def cmd_voices(args: argparse.Namespace) -> int:
-    from kokoro_tvm.frontend.voices import fetch_official_voices, voice_table
 
     if args.fetch:
         log.info("official voice packs in %s", fetch_official_voices())
@@ -211,8 +219,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kokoro_tvm.studies.benchmark import bench
-    from kokoro_tvm.studies.peers import parse_peers
+    from kokoro_tvm.tools.peers import parse_peers
 
     record = bench(
         args.text,
@@ -232,8 +239,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
-    from kokoro_tvm import paths
-    from kokoro_tvm.report.notebook_runner import run
 
     only = [s.strip() for s in args.only.split(",")] if args.only else None
     for path in run(only=only, fast=args.fast):
@@ -243,9 +248,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    import subprocess
 
-    from kokoro_tvm.report.lab import lab_command
 
     return subprocess.call(lab_command(*args.jupyter_args))
 
@@ -258,10 +261,7 @@ def _positive_int(value: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kokoro_tvm.frontend.voices import DEFAULT_VOICE
     from kokoro_tvm.runtime.audio_io import WAV_FORMATS
-    from kokoro_tvm.runtime.devices import DEVICES
-    from kokoro_tvm.synthesis import BACKENDS
 
     parser = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"kokoro-tvm {__version__}")
@@ -354,7 +354,6 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (where one exists)")
     compare.set_defaults(func=cmd_compare)
 
-    from kokoro_tvm.studies.benchmark import DEFAULT_TEXT
 
     bench = sub.add_parser("bench", help="TVM and its peers (PyTorch, torch.compile, ONNX Runtime) on one utterance")
     bench.add_argument("--text", default=DEFAULT_TEXT, help="one utterance (default: an 11-12 s sentence)")

@@ -15,9 +15,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kokoro_tvm.compiler.bf16 import Bf16Unsupported, require_bf16
 from kokoro_tvm.compiler.build import OnDemandBuilder
+from kokoro_tvm.compiler.int8 import require_int8
 from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
 from kokoro_tvm.compiler.targets import check_dtype, host_target, target_for
+from kokoro_tvm.components import PRECISIONS
 from kokoro_tvm.runtime.devices import require_device
 from kokoro_tvm.runtime.kokoro import TVMKokoro
 from kokoro_tvm.runtime.vm import VMRunner
@@ -48,12 +51,10 @@ def check_device(device: str, dtype: str) -> None:
 def check_precision(precision: str, device: str = "cpu", target: dict | None = None) -> None:
     """Before anything is built: `precision` exists and the device's target can run it (bf16: an x86 CPU with
     AVX512_BF16, this one included when it is the target; int8: AVX512_VNNI as well), one clear error."""
-    from kokoro_tvm.components import PRECISIONS
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision in ("bf16", "int8"):
-        from kokoro_tvm.compiler.bf16 import Bf16Unsupported, require_bf16
 
         if device != "cpu":
             raise Bf16Unsupported(
@@ -62,7 +63,6 @@ def check_precision(precision: str, device: str = "cpu", target: dict | None = N
             )
         require_bf16(target or host_target())
     if precision == "int8":
-        from kokoro_tvm.compiler.int8 import require_int8
 
         require_int8(target or host_target())
 

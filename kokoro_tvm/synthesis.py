@@ -17,6 +17,7 @@ from kokoro_tvm.frontend.g2p import g2p_name
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, Chunk, foreign_letters, phonemize, prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import NoiseSource, noise_source
+from kokoro_tvm.runtime.buckets import parse_buckets
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,6 @@ class TVMBackend:
         import torch
 
         from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro, resolve_precision
-        from kokoro_tvm.runtime.buckets import parse_buckets
         from kokoro_tvm.weights.resolve import load_kmodel
 
         dtype, arithmetic = resolve_precision(precision)

@@ -1,5 +1,6 @@
-"""The package layout holds: imports point down the stages, and the component registry is the one place that
-lists components. An AST scan of every module (imports inside functions count too). Unit tier, no imports run."""
+"""The package layout holds: imports point down the stages, no stage has an import cycle inside it, a function-level
+import only defers a heavy dependency, and the component registry is the one place that lists components. An AST
+scan of every module (imports inside functions count too). Unit tier, no imports run: well under a second."""
 
 import ast
 import json
@@ -12,7 +13,7 @@ from kokoro_tvm.components import NAMES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kokoro_tvm"
 NOTEBOOKS = PACKAGE.parent / "notebooks"
-BASE = {"config", "paths", "components", "artifacts", "_packages", "__init__"}  # below every stage
+BASE = {"config", "paths", "components", "artifacts", "errors", "_packages", "__init__"}  # below every stage
 
 
 def _module_name(path: Path) -> str:
@@ -63,18 +64,19 @@ def _of(stage: str) -> list[str]:
 
 # stage -> the stages it may never import (directly or through another module)
 FORBIDDEN = {
-    "base": {"frontend", "weights", "reference", "compiler", "runtime", "evaluation", "studies", "report", "compiled",
-             "synthesis", "cli"},
-    "frontend": {"compiler", "runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
-    "weights": {"compiler", "runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
-    "reference": {"compiler", "runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
-    "compiler": {"runtime", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
-    "runtime": {"compiler", "evaluation", "studies", "report", "compiled", "synthesis", "cli"},
-    "compiled": {"evaluation", "studies", "report", "synthesis", "cli"},
-    "evaluation": {"studies", "report", "synthesis", "cli"},
-    "synthesis": {"studies", "report", "cli"},
+    "base": {"frontend", "weights", "reference", "compiler", "runtime", "evaluation", "tools", "studies", "report",
+             "compiled", "synthesis", "cli"},
+    "frontend": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
+    "weights": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
+    "reference": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
+    "compiler": {"runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
+    "runtime": {"compiler", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
+    "compiled": {"evaluation", "tools", "studies", "report", "synthesis", "cli"},
+    "evaluation": {"tools", "studies", "report", "synthesis", "cli"},
+    "synthesis": {"tools", "studies", "report", "cli"},
+    "tools": {"studies", "report", "cli"},  # the product commands (bench, gpu-check) use no study
     "studies": {"report", "cli"},
-    "report": {"studies", "cli"},
+    "report": {"tools", "studies", "cli"},
 }  # fmt: skip
 
 
@@ -93,6 +95,115 @@ def test_imports_point_down_the_stages(stage):
         if dep in MODULES and _stage(dep) in FORBIDDEN[stage]
     ]
     assert not wrong, wrong
+
+
+def _cycle_edges(stage: str) -> list[str]:
+    """Every import edge `a -> b` inside `stage` that lies on a cycle (b reaches a back within the stage)."""
+    members = set(_of(stage))
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for dep in GRAPH.get(todo.pop(), ()):
+                if dep in members and dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    reaches = {module: reach(module) for module in members}
+    return [f"{a} -> {b}" for a in sorted(members) for b in sorted(GRAPH[a] & members)
+            if b != a and a in reaches[b]]  # fmt: skip
+
+
+@pytest.mark.parametrize("stage", sorted(FORBIDDEN))
+def test_no_import_cycle_inside_a_stage(stage):
+    """Two modules of one stage never import each other in a circle, directly or through others of the stage, at
+    any depth of the file: a function-level import that hides a cycle is still a cycle."""
+    assert not _cycle_edges(stage), _cycle_edges(stage)
+
+
+def test_the_cycle_check_finds_a_cycle(monkeypatch):
+    """The check above is not vacuous: a cycle put into the graph is reported with its file pair."""
+    a, b = "kokoro_tvm.compiler.sizes", "kokoro_tvm.compiler.targets"
+    monkeypatch.setitem(GRAPH, a, GRAPH[a] | {b})
+    monkeypatch.setitem(GRAPH, b, GRAPH[b] | {a})
+    assert f"{a} -> {b}" in _cycle_edges("compiler") and f"{b} -> {a}" in _cycle_edges("compiler")
+
+
+# What a function-level import may defer: a dependency that costs seconds or hundreds of MB to import, or that an
+# install may lack (Whisper's runtime, the ONNX tools, the notebook and browser stacks). Everything else, numpy
+# and the package's own light modules included, is imported at the top of the file.
+HEAVY = frozenset({
+    "torch", "tvm", "tvm_ffi", "kokoro", "misaki", "spacy", "espeakng_loader", "phonemizer", "onnx", "onnxruntime",
+    "faster_whisper", "ctranslate2", "pocketsphinx", "jiwer", "pesq", "pystoi", "scipy", "matplotlib", "papermill",
+    "nbformat", "nbclient", "jupyterlab", "jupyter_server", "selenium", "huggingface_hub", "openvino", "dask",
+    "distributed", "pyarrow", "tqdm",
+})  # fmt: skip
+
+
+def _top_and_deferred(path: Path) -> tuple[set[str], list[tuple[int, list[str]]]]:
+    """(modules imported at the top level of the file, [(line, modules) of each import inside a function])."""
+    tree = ast.parse(path.read_text())
+    inside = {id(node) for func in ast.walk(tree) if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
+              for node in ast.walk(func) if isinstance(node, ast.Import | ast.ImportFrom)}  # fmt: skip
+    top, deferred = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        names = [n for n in names if n in MODULES or not n.startswith("kokoro_tvm")]
+        if id(node) in inside:
+            deferred.append((node.lineno, names))
+        else:
+            top.update(names)
+    return top, deferred
+
+
+TOP = {name: _top_and_deferred(path)[0] for name, path in MODULES.items()}
+
+
+def _heavy_at_import(names) -> set[str]:
+    """The HEAVY packages that importing `names` loads, through the package's top-level imports."""
+    heavy, seen, todo = set(), set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in MODULES:
+            todo.extend(TOP[name])
+        elif name.split(".")[0] in HEAVY:
+            heavy.add(name.split(".")[0])
+    return heavy
+
+
+def _needless_deferred_imports() -> list[str]:
+    wrong = []
+    for name, path in MODULES.items():
+        loaded = _heavy_at_import([name])
+        source = path.read_text().splitlines()
+        for line, names in _top_and_deferred(path)[1]:
+            if "(deferred: " in source[line - 1]:  # a stated reason other than weight (an import-time context)
+                continue
+            if not _heavy_at_import(names) - loaded:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} {names[0]}")
+    return wrong
+
+
+def test_function_level_imports_only_defer_heavy_dependencies():
+    """An import inside a function is there to keep a HEAVY package out of the module's import (the CLI starts in
+    a fraction of a second, the runtime loads without torch), or says on its line why it is deferred
+    (`(deferred: ...)`); one that defers nothing new belongs at the top."""
+    assert not _needless_deferred_imports(), _needless_deferred_imports()
+
+
+def test_the_deferred_import_check_knows_heavy_from_light():
+    assert _heavy_at_import(["json", "numpy", "kokoro_tvm.config"]) == set()
+    assert "torch" in _heavy_at_import(["kokoro_tvm.reference.pt_dynamic"])
+    assert "tvm" in _heavy_at_import(["kokoro_tvm.compiler.sizes"])
 
 
 def test_runtime_never_reaches_torch_or_kokoro():

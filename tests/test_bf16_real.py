@@ -36,7 +36,7 @@ def test_our_fp32_onnx_export_speaks_with_pytorchs_durations(kmodel):
     from kokoro_tvm.frontend.text import prepare
     from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
     from kokoro_tvm.reference.pt_dynamic import stock_forward
-    from kokoro_tvm.studies.peers import OrtFp32, onnx_fp32_export
+    from kokoro_tvm.tools.peers import OrtFp32, onnx_fp32_export
 
     model, info = kmodel
     peer = OrtFp32(model, info.fingerprint, threads=2)
@@ -55,8 +55,8 @@ def test_our_fp32_onnx_export_speaks_with_pytorchs_durations(kmodel):
 @pytest.mark.slow
 def test_bench_times_every_peer_in_one_process():
     """`bench` with every peer on a short text (torch.compile compiles for a minute or two: slow tier)."""
-    from kokoro_tvm.studies.benchmark import backend_rows, bench
-    from kokoro_tvm.studies.peers import PEERS
+    from kokoro_tvm.tools.bench import backend_rows, bench
+    from kokoro_tvm.tools.peers import PEERS
 
     record = bench("Hello world.", runs=1, warmup=1, components=False)
     assert set(record["peers"]) == set(PEERS) and record["peers"]["torch_compile"]["setup_s"] > 0

@@ -122,8 +122,8 @@ def test_overhead_counts_padded_compute_over_useful_compute():
 
 
 def test_every_corpus_sentence_is_speakable_in_one_chunk():
+    from kokoro_tvm.frontend.corpus import load_sentences
     from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.studies.bucket_choice import load_sentences
 
     sentences = load_sentences()
     assert len(sentences) >= 200

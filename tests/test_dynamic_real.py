@@ -11,8 +11,8 @@ from kokoro_tvm.components import FRAMES, LENGTH_TILE, NAMES, SYMBOLIC_MAX_LENGT
 from kokoro_tvm.config import SAMPLES_PER_FRAME
 from kokoro_tvm.evaluation.metrics import pesq_wb, stoi
 from kokoro_tvm.evaluation.parity import compare_text
+from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.runtime.buckets import round_up
-from kokoro_tvm.studies.bucket_choice import load_sentences
 from kokoro_tvm.synthesis import synthesize
 
 pytestmark = pytest.mark.real

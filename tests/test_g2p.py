@@ -5,9 +5,9 @@ load once per worker (a few seconds); the 226 sentences take ~3 s per language."
 import pytest
 
 from kokoro_tvm.frontend import g2p
+from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, text_to_phonemes
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of
-from kokoro_tvm.studies.bucket_choice import load_sentences
 
 
 @pytest.fixture(scope="module", params=["a", "b"])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm.components import LENGTH_TILE
-from kokoro_tvm.studies import gpu_check
+from kokoro_tvm.tools import gpu_check
 
 pytestmark = pytest.mark.real
 

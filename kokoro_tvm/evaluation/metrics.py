@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.fft import dct
 from scipy.signal import resample_poly
+from scipy.signal import stft as _stft
 
 from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.evaluation.asr import transcribe, words
 
 PESQ_RATE = 16_000
 
@@ -105,7 +108,6 @@ def mel_filterbank(rate: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_
 
 def log_mel(audio: np.ndarray, rate: int = SAMPLE_RATE) -> np.ndarray:
     """Natural-log mel power spectrogram [frames, N_MELS] (Hann window N_FFT, hop HOP, floor LOG_FLOOR)."""
-    from scipy.signal import stft as _stft
 
     _, _, spectrum = _stft(np.asarray(audio, np.float64), rate, "hann", N_FFT, N_FFT - HOP, boundary=None)
     power = np.abs(spectrum) ** 2  # [freq, frames]
@@ -120,7 +122,6 @@ def log_mel_l1(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE
 def mel_cepstral_distortion(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE) -> float:
     """MCD in dB over cepstra 1..N_CEPSTRA (DCT-II of the log-mel frames; c0, the energy, excluded), frames
     paired where they stand (no DTW): (10 / ln 10) sqrt(2 sum (dc)^2), averaged over frames."""
-    from scipy.fft import dct
 
     a = dct(log_mel(reference, rate), type=2, norm="ortho", axis=1)[:, 1 : N_CEPSTRA + 1]
     b = dct(log_mel(other, rate), type=2, norm="ortho", axis=1)[:, 1 : N_CEPSTRA + 1]
@@ -183,7 +184,6 @@ def word_error_rate(text: str, audio: np.ndarray, rate: int = SAMPLE_RATE, judge
     transcript)."""
     import jiwer
 
-    from kokoro_tvm.evaluation.asr import transcribe, words
 
     hypothesis = transcribe(audio, rate, judge)
     return float(jiwer.wer(" ".join(words(text)), hypothesis or "<empty>")), hypothesis

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from kokoro_tvm.evaluation import metrics
+from kokoro_tvm.evaluation.metrics import word_error_rate
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, TextError, prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.reference.stages import COMPARED_STAGES, Stages
+from kokoro_tvm.runtime.buckets import parse_buckets
 
 TOKEN_BUCKET_STEP = 16
 # Stages computed before the alignment: comparable even when the durations differ.
@@ -59,7 +61,6 @@ def compare_text(
 
     from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro, resolve_precision
     from kokoro_tvm.reference.pt_dynamic import run_stages
-    from kokoro_tvm.runtime.buckets import parse_buckets
     from kokoro_tvm.weights.resolve import load_kmodel
 
     dtype, arithmetic = resolve_precision(precision)
@@ -83,7 +84,6 @@ def compare_text(
     )
     intelligibility = {}
     if asr:
-        from kokoro_tvm.evaluation.metrics import word_error_rate
 
         for name, audio in (("torch", reference.audio), ("tvm", compiled.audio)):
             wer, transcript = word_error_rate(text, audio, judge="whisper")

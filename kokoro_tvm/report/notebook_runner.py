@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
+from kokoro_tvm.report.index_page import write_index
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,6 @@ def _minutes(seconds: float) -> str:
 
 def write_report() -> tuple[Path, Path]:
     """outputs/index.html and outputs/summary.json, stating the weights the notebooks resolve by default."""
-    from kokoro_tvm.report.index_page import write_index
     from kokoro_tvm.weights.resolve import load_weights
 
     info, _ = load_weights()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 DEVICES = ("cpu", "metal", "cuda")
 _WHERE = {
@@ -46,7 +47,6 @@ def use_every_cpu() -> None:
 
 def gpu_devices() -> list[dict]:
     """Which GPU devices this machine has, as TVM sees them (notebook 06's 'what ran where' table)."""
-    import sys
 
     gpus = [kind for kind in DEVICES if kind != "cpu"]
     return [{"device": kind, "exists": device_exists(kind), "platform": sys.platform} for kind in gpus]

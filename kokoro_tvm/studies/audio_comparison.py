@@ -28,6 +28,10 @@ import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.evaluation.metrics import audio_metrics, word_error_rate
+from kokoro_tvm.frontend.text import prepare
+from kokoro_tvm.frontend.voices import load_voice
+from kokoro_tvm.reference.noise import SeededNoise
+from kokoro_tvm.runtime.buckets import parse_buckets
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +57,7 @@ class Speakers:
         from kokoro_tvm.compiled import compiled_kokoro
         from kokoro_tvm.compiler.bf16 import host_supports_bf16
         from kokoro_tvm.compiler.int8 import host_supports_int8
-        from kokoro_tvm.frontend.voices import load_voice
-        from kokoro_tvm.reference.noise import SeededNoise
-        from kokoro_tvm.runtime.buckets import parse_buckets
-        from kokoro_tvm.studies.ort_int8 import OrtInt8
+        from kokoro_tvm.tools.peers import OrtInt8
         from kokoro_tvm.weights.resolve import load_kmodel
 
         self.model, self.weights = load_kmodel()
@@ -76,7 +77,6 @@ class Speakers:
         self._torch = torch
 
     def speak(self, backend: str, sentence: str) -> np.ndarray:
-        from kokoro_tvm.frontend.text import prepare
         from kokoro_tvm.reference.pt_dynamic import run_stages, stock_forward
 
         (chunk,) = prepare(text=sentence)  # one utterance per sentence (the corpus is checked for it)
@@ -167,9 +167,6 @@ def precision_floor(text: str = "Hello world.", voice: str = "af_heart", seed: i
     `python -c "from kokoro_tvm.studies.audio_comparison import precision_floor as f; print(f())"`"""
     import torch
 
-    from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.frontend.voices import load_voice
-    from kokoro_tvm.reference.noise import SeededNoise
     from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.weights.resolve import load_kmodel
 

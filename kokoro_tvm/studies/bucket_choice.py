@@ -13,29 +13,27 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import statistics
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 
+from kokoro_tvm.artifacts import Artifact
 from kokoro_tvm.components import FRAME_COMPONENTS, TOKEN_COMPONENTS
+from kokoro_tvm.frontend.text import prepare
+from kokoro_tvm.frontend.voices import load_voice
 from kokoro_tvm.runtime.buckets import BucketSet, DynamicLengths
+from kokoro_tvm.runtime.vm import ComponentRunner
 
 log = logging.getLogger(__name__)
 
-CORPUS = "sentences_en.txt"
-
-
-def load_sentences() -> list[str]:
-    text = resources.files("kokoro_tvm").joinpath("data", CORPUS).read_text(encoding="utf-8")
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
-
-
 def corpus_lengths(model, sentences: list[str], voice: str, speed: float = 1.0) -> list[dict]:
     """One record per chunk: sentence index, tokens (with the two pads), frames predicted by PyTorch."""
-    from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.frontend.voices import load_voice
     from kokoro_tvm.reference.pt_dynamic import predict_durations
 
     pack = load_voice(voice)
@@ -157,12 +155,8 @@ def estimated_build_cost(buckets: BucketSet, fits: dict[str, dict]) -> dict:
 
 
 def _profile_here(folder: str, component: str, length: int, runs: int) -> dict:
-    import statistics
-    import time
 
-    from kokoro_tvm.artifacts import Artifact
     from kokoro_tvm.compiler.export import ComponentShape, example_inputs
-    from kokoro_tvm.runtime.vm import ComponentRunner
 
     artifact = Artifact.open(folder)
     dtype = artifact.manifest["key"]["dtype"]
@@ -203,11 +197,7 @@ def profile_artifact(folder, runs: int = 3) -> dict:
     """Median run seconds and the memory one artifact (a cache folder, as precompile records it) adds at its
     peak (loaded library, parameters, the VM's intermediates), measured in a fresh process so that peaks of
     other shapes do not hide it."""
-    import json
-    import subprocess
-    import sys
 
-    from kokoro_tvm.artifacts import Artifact
 
     key = Artifact.open(folder).manifest["key"]
     args = [str(folder), key["component"], str(key["length"]), str(runs)]

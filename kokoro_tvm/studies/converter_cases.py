@@ -9,6 +9,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from kokoro_tvm.reference.pt_dynamic import default_dtype
+
 
 class Lambda(torch.nn.Module):
     def __init__(self, fn: Callable, *modules: torch.nn.Module):
@@ -23,7 +25,6 @@ def _run_with_table(module: torch.nn.Module, *inputs: torch.Tensor) -> np.ndarra
     """Export under the inputs' dtype, import with our converter table, build with TVM's default pipeline, run."""
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.converters import to_relax
-    from kokoro_tvm.reference.pt_dynamic import default_dtype
 
     with default_dtype(inputs[0].dtype):
         mod = to_relax(torch.export.export(module.eval(), inputs))
@@ -77,7 +78,6 @@ def converter_case(name: str) -> tuple[torch.nn.Module, tuple[int, ...]]:
 
 def check_converter_case(name: str, seed: int = 0) -> dict:
     """One converter case in float64 through our table, against PyTorch float64."""
-    from kokoro_tvm.reference.pt_dynamic import default_dtype
 
     module, shape = converter_case(name)
     module = module.double()

@@ -4,13 +4,35 @@ pipeline, and compared with PyTorch and with a static build (notebooks 01 and 05
 
 from __future__ import annotations
 
+import argparse
+import json
+import statistics
+import sys
+import time
+
 import numpy as np
 import torch
+from torch.export import Dim
 
-from kokoro_tvm.components import TOKENS, component
+from kokoro_tvm.compiled import compile_and_load, compiled_kokoro
+from kokoro_tvm.compiler.build import BuildSpec, build, symbolic_relax_module
+from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
+from kokoro_tvm.compiler.patches import export_patches
+from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
+from kokoro_tvm.compiler.symbolic import LENGTH_TILE, default_shape, tile_count
+from kokoro_tvm.components import NAMES, TOKENS, component
 from kokoro_tvm.config import MAX_PHONEMES
-from kokoro_tvm.frontend.voices import DEFAULT_VOICE
+from kokoro_tvm.frontend.corpus import load_sentences
+from kokoro_tvm.frontend.text import prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.reference.noise import ZeroNoise
+from kokoro_tvm.reference.pt_dynamic import default_dtype
+from kokoro_tvm.runtime.buckets import parse_buckets
+from kokoro_tvm.runtime.profile import compare, kernel_seconds
+from kokoro_tvm.runtime.vm import ComponentRunner
 from kokoro_tvm.studies.hazards import _attempt, _last_line
+from kokoro_tvm.tools.bench import interleaved
+from kokoro_tvm.weights.resolve import load_kmodel
 
 MAX_DYNAMIC_FRAMES = 5000  # the plain symbolic length's upper bound in export_static_and_dynamic
 
@@ -18,7 +40,6 @@ MAX_DYNAMIC_FRAMES = 5000  # the plain symbolic length's upper bound in export_s
 def _dynamic_shapes(name: str) -> tuple:
     """torch.export dynamic_shapes with one plain symbolic length n on every length axis of component
     `name`, scaled as the registry says (F0 and N at 2n, the SineGen noise at 600n)."""
-    from torch.export import Dim
 
     spec = component(name)
     n = Dim("n", min=2, max=MAX_PHONEMES if spec.axis == TOKENS else MAX_DYNAMIC_FRAMES)
@@ -37,16 +58,7 @@ def dynamic_build(
     largest difference from PyTorch and its run seconds (median of 3 after one warm-up), beside the static
     artifact of that length from the build cache (built there if missing) when `weights_fingerprint` names
     the model's weights: its relative L2 error and run seconds."""
-    import time
 
-    from kokoro_tvm.compiled import compile_and_load
-    from kokoro_tvm.compiler.build import BuildSpec, build
-    from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
-    from kokoro_tvm.compiler.patches import export_patches
-    from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
-    from kokoro_tvm.compiler.symbolic import LENGTH_TILE, default_shape, symbolic_relax_module, tile_count
-    from kokoro_tvm.reference.pt_dynamic import default_dtype
-    from kokoro_tvm.runtime.vm import ComponentRunner
 
     if any(n % LENGTH_TILE for n in lengths):
         raise ValueError(f"lengths must be multiples of {LENGTH_TILE}, got {lengths}")
@@ -110,9 +122,6 @@ def dynamic_build(
 
 def export_static_and_dynamic(model, component: str, length: int = 16) -> dict:
     """torch.export one component with a static length and with a symbolic one; what happens to each."""
-    from kokoro_tvm.compiler.export import ComponentShape, component_module, example_inputs
-    from kokoro_tvm.compiler.patches import export_patches
-    from kokoro_tvm.reference.pt_dynamic import default_dtype
 
     dtype = next(model.parameters()).dtype
     module = component_module(model, component)
@@ -136,14 +145,7 @@ def policy_latency(
     each sentence: the median of `runs` rounds after one warm-up round (which also builds or loads every
     artifact, outside the timing). Returns per-sentence rows (tokens, frames, each policy's seconds and
     shapes), each policy's total seconds, and the build seconds and library bytes of the artifacts it used."""
-    import statistics
 
-    from kokoro_tvm.compiled import compiled_kokoro
-    from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.frontend.voices import load_voice
-    from kokoro_tvm.reference.noise import ZeroNoise
-    from kokoro_tvm.runtime.buckets import parse_buckets
-    from kokoro_tvm.studies.benchmark import interleaved
 
     runtimes = {
         p: compiled_kokoro(model, weights_fingerprint, "float32", buckets=None if p == "exact" else parse_buckets(p))
@@ -181,11 +183,6 @@ def kernel_profile(model, weights_fingerprint: str, component: str, length: int,
     timed per PrimFunc (runtime.profile.kernel_seconds, median of `runs` calls after one warm-up): both totals
     and the functions that take longest in either (runtime.profile.compare; ratio = symbolic / static). Both
     artifacts come from the build cache (built there if missing)."""
-    from kokoro_tvm.compiler.build import BuildSpec, build
-    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
-    from kokoro_tvm.compiler.symbolic import LENGTH_TILE, tile_count
-    from kokoro_tvm.runtime.profile import compare, kernel_seconds
-    from kokoro_tvm.runtime.vm import ComponentRunner
 
     if length % LENGTH_TILE:
         raise ValueError(f"the length must be a multiple of {LENGTH_TILE}, got {length}")
@@ -214,12 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     (as notebook 05 section 6 picks them), one JSON line per sentence and a last one with the totals (the
     numbers in NOTES/dynamic_shapes.md). With `--kernels COMPONENT:LENGTH [--runs R]`: kernel_profile, one
     JSON line (the per-kernel comparison in NOTES/dynamic_shapes.md)."""
-    import argparse
-    import json
-    import sys
 
-    from kokoro_tvm.components import NAMES
-    from kokoro_tvm.weights.resolve import load_kmodel
 
     parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.dynamic_shapes")
     parser.add_argument("--components", default=",".join(NAMES))
@@ -237,7 +229,6 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
     if args.corpus:
-        from kokoro_tvm.studies.bucket_choice import load_sentences
 
         sentences = load_sentences()
         chosen = sentences[:: max(1, len(sentences) // args.corpus)][: args.corpus]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import torch
 
+from kokoro_tvm.compiler.export import component_module
+from kokoro_tvm.compiler.ops.lstm import masked_lstm
+from kokoro_tvm.compiler.patches import ExportableCustomSTFT, export_patches
+from kokoro_tvm.reference.pt_dynamic import ExplicitNoiseSource, default_dtype
+
 
 def fix_checks(model, seed: int = 0, tokens: int = 12, frames: int = 10) -> list[dict]:
     """Each export fix against what it replaces, on `model` (float32): the maximum absolute difference."""
-    from kokoro_tvm.compiler.export import component_module
-    from kokoro_tvm.compiler.ops.lstm import masked_lstm
-    from kokoro_tvm.compiler.patches import ExportableCustomSTFT, export_patches
-    from kokoro_tvm.reference.pt_dynamic import ExplicitNoiseSource, default_dtype
 
     g = torch.Generator().manual_seed(seed)
     rows = []

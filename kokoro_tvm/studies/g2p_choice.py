@@ -14,14 +14,18 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.frontend.corpus import load_sentences
+from kokoro_tvm.frontend.g2p import espeak_g2p
+from kokoro_tvm.frontend.text import SYLLABIC_CONSONANT, prepare, text_to_phonemes
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.reference.noise import SeededNoise
+
 log = logging.getLogger(__name__)
 
 
 def espeak_english(text: str) -> str:
     """The front-end's former English G2P: espeak-ng en-us through misaki's symbol mapping, with espeak's
     syllabic-consonant mark written as Kokoro writes it."""
-    from kokoro_tvm.frontend.g2p import espeak_g2p
-    from kokoro_tvm.frontend.text import SYLLABIC_CONSONANT
 
     phonemes, _ = espeak_g2p("en-us")(text)
     return SYLLABIC_CONSONANT.sub("ᵊ\\1", " ".join(phonemes.split()))
@@ -39,7 +43,6 @@ def edit_distance(a: str, b: str) -> int:
 
 def phoneme_differences(sentences: list[str]) -> list[dict]:
     """Per sentence: both phoneme strings, whether they are equal, and their edit distance."""
-    from kokoro_tvm.frontend.text import text_to_phonemes
 
     rows = []
     for index, sentence in enumerate(sentences):
@@ -52,9 +55,6 @@ def phoneme_differences(sentences: list[str]) -> list[dict]:
 def wer_by_g2p(sentences: list[str], voice: str, seed: int = 0) -> list[dict]:
     """Per sentence and G2P: Whisper tiny.en's WER on PyTorch's audio (pt.dynamic, seeded noise)."""
     from kokoro_tvm.evaluation.metrics import word_error_rate
-    from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.frontend.voices import load_voice
-    from kokoro_tvm.reference.noise import SeededNoise
     from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.weights.resolve import load_kmodel
 
@@ -87,9 +87,7 @@ def summary(differences: list[dict], wers: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from kokoro_tvm.frontend.voices import DEFAULT_VOICE
     from kokoro_tvm.studies.audio_comparison import pick_sentences
-    from kokoro_tvm.studies.bucket_choice import load_sentences
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wer-sentences", type=int, default=20, help="corpus sentences spoken (notebook 07's pick)")

@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.export import Dim
 
+from kokoro_tvm.reference.pt_dynamic import default_dtype
 from kokoro_tvm.studies.converter_cases import Lambda
 
 
@@ -251,7 +253,6 @@ def probe_int_rsqrt() -> ProbeResult:
     import tvm
     from tvm.relax.frontend.torch import from_exported_program
 
-    from kokoro_tvm.reference.pt_dynamic import default_dtype
 
     with default_dtype(torch.float64):
         ep = torch.export.export(
@@ -291,7 +292,6 @@ def probe_native_mcpu() -> ProbeResult:
 
 def _dynamic_length_probe(name: str, fn: Callable, buffers: dict, fix: str) -> ProbeResult:
     """`fn(mods, x)` on x [1, 4, n] exported with a symbolic n, then the stock importer and an llvm build."""
-    from torch.export import Dim
 
     holder = torch.nn.Module()
     for key, value in buffers.items():

@@ -9,8 +9,11 @@ import time
 import numpy as np
 import torch
 
+from kokoro_tvm.compiler.export import component_module
 from kokoro_tvm.compiler.ops.lstm import masked_lstm
 from kokoro_tvm.compiler.ops.masked_norm import masked_instance_norm
+from kokoro_tvm.compiler.patches import export_patches
+from kokoro_tvm.compiler.pipeline import compile_stock
 from kokoro_tvm.reference.pt_dynamic import default_dtype, explicit_sine_noise_tensors
 
 F64 = torch.float64
@@ -60,7 +63,6 @@ class _MaskedLSTM(torch.nn.Module):
 def masked_lstm_build_cost(steps_list=(64, 1024), hidden: int = 256) -> list[dict]:
     """Relax lines and build seconds of one masked LSTM (Kokoro's size) at several T: both flat in T."""
     from kokoro_tvm.compiler.converters import to_relax
-    from kokoro_tvm.compiler.pipeline import compile_stock
 
     rows = []
     for steps in steps_list:
@@ -128,8 +130,6 @@ def decoder_padding_sweep(model, frames: int, buckets, seed: int = 0, garbage_se
     """kokoro's decoder on zero-padded inputs (padded semantics) and our padding-invariant decoder component
     on padded inputs (zeros, or garbage when garbage_seed is set), each against kokoro on the valid frames.
     `model` must be float64 and on CustomSTFT."""
-    from kokoro_tvm.compiler.export import component_module
-    from kokoro_tvm.compiler.patches import export_patches
 
     asr, f0, n, s, phase, additive = decoder_inputs(frames, seed)
     component = component_module(model, "decoder")

@@ -34,7 +34,12 @@ import sys
 
 import numpy as np
 
-from kokoro_tvm.components import INT8_CONVOLUTIONS
+from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS
+from kokoro_tvm.frontend.corpus import load_sentences
+from kokoro_tvm.frontend.text import prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.reference.noise import SeededNoise
+from kokoro_tvm.runtime.buckets import parse_buckets
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +189,12 @@ def counted_macs(model):
 
 
 def _audio(model, chunk, style, seed: int) -> np.ndarray:
-    from kokoro_tvm.reference.noise import SeededNoise
     from kokoro_tvm.reference.pt_dynamic import run_stages
 
     return run_stages(model, chunk.padded_ids, style, 1.0, SeededNoise(seed)).audio
 
 
 def _setup(model, text: str, voice: str | None):
-    from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 
     chunk = prepare(text=text)[0]
     return chunk, load_voice(voice or DEFAULT_VOICE).style(len(chunk.phonemes))
@@ -246,7 +248,6 @@ def int8_plans() -> dict[str, dict[str, list[str]]]:
     """The assignments `plan_comparison` scores: the bf16 build as it is, int8 on the bulk with bf16 elsewhere
     (activation scales per step, per tensor, per channel folded into the weights), and every bf16 layer in
     int8_step."""
-    from kokoro_tvm.components import BF16_CONVOLUTIONS
 
     reduced = [p for prefixes in BF16_CONVOLUTIONS.values() for p in prefixes]
     rest = [p for p in reduced if p != "decoder.generator."] + [
@@ -266,7 +267,6 @@ def plan_comparison(model, plans: dict[str, dict[str, list[str]]], texts, voice:
     same seeded noise: durations equal, audio SNR, PESQ-WB, STOI, and the share of the run's conv multiply-adds
     that each kind computes."""
     from kokoro_tvm.evaluation.metrics import audio_metrics
-    from kokoro_tvm.reference.noise import SeededNoise
     from kokoro_tvm.reference.pt_dynamic import run_stages
 
     rows = []
@@ -296,9 +296,7 @@ def precision_comparison(model, weights_fingerprint: str, texts, voice: str | No
     from kokoro_tvm.compiled import compiled_kokoro, resolve_precision
     from kokoro_tvm.evaluation.metrics import audio_metrics
     from kokoro_tvm.evaluation.parity import stage_errors
-    from kokoro_tvm.reference.noise import SeededNoise
     from kokoro_tvm.reference.pt_dynamic import run_stages
-    from kokoro_tvm.runtime.buckets import parse_buckets
 
     runtimes = {
         p: compiled_kokoro(model, weights_fingerprint, "float32", buckets=parse_buckets("dynamic"),
@@ -324,9 +322,7 @@ def precision_comparison(model, weights_fingerprint: str, texts, voice: str | No
 def main(argv=None) -> int:
     import torch
 
-    from kokoro_tvm.components import BF16_CONVOLUTIONS
     from kokoro_tvm.studies.audio_comparison import pick_sentences
-    from kokoro_tvm.studies.bucket_choice import load_sentences
     from kokoro_tvm.weights.resolve import load_kmodel
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -26,9 +26,18 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.compiler.targets import host_target, target_for
+from kokoro_tvm.components import NAMES
 from kokoro_tvm.config import SAMPLE_RATE, SAMPLES_PER_FRAME
+from kokoro_tvm.frontend.corpus import load_sentences
+from kokoro_tvm.frontend.text import prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.paths import outputs_dir
+from kokoro_tvm.reference.noise import noise_source
+from kokoro_tvm.reference.stages import durations_from_logits
 from kokoro_tvm.runtime import bundle_runner
 from kokoro_tvm.runtime.buckets import DynamicLengths
+from kokoro_tvm.runtime.devices import require_device
 from kokoro_tvm.runtime.kokoro import TVMKokoro
 
 log = logging.getLogger(__name__)
@@ -50,7 +59,6 @@ class Utterance:
 
 def default_utterances(quick: bool = False) -> list[Utterance]:
     """A short one; the corpus's longest sentence; the same at half speed (a long symbolic frame length)."""
-    from kokoro_tvm.studies.bucket_choice import load_sentences
 
     short = Utterance("short", "Hello world.")
     if quick:
@@ -124,10 +132,6 @@ def make_bundle(
     """Write a check bundle for `device` into `folder` (see the module docstring); returns bundle.json's content
     with the bundle's size. `model` is the fp32 KModel of `weights_fingerprint`."""
     from kokoro_tvm.compiler.build import OnDemandBuilder
-    from kokoro_tvm.compiler.targets import host_target, target_for
-    from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
-    from kokoro_tvm.reference.noise import noise_source
     from kokoro_tvm.reference.pt_dynamic import run_stages
 
     check_device(device)
@@ -218,8 +222,6 @@ def _device_libraries(model, weights_fingerprint: str, device: str, folder: Path
     "library" (and drops its tile count where it runs a static build); returns (libraries, build seconds,
     symbolic failures)."""
     from kokoro_tvm.compiler.build import OnDemandBuilder
-    from kokoro_tvm.compiler.targets import target_for
-    from kokoro_tvm.components import NAMES
 
     builds = OnDemandBuilder(model, weights_fingerprint, "float32", target_for(device))
     libraries, seconds, failures, param_names = {}, {}, {}, {}
@@ -262,7 +264,6 @@ def score(folder, results_dir) -> dict:
     from the device's duration logits equal to the CPU build's; the device's decoder audio against pt.dynamic
     (PESQ-WB, STOI) and against the CPU build (relative L2); the components' summed median latency."""
     from kokoro_tvm.evaluation.metrics import pesq_wb, rel_l2, stoi
-    from kokoro_tvm.reference.stages import durations_from_logits
 
     folder, results_dir = Path(folder), Path(results_dir)
     bundle = bundle_runner.read_bundle(folder)
@@ -302,8 +303,6 @@ def gpu_check(
     """Bundle, run and score on this machine's `device` in one go; the report is written to
     folder/report.json and outputs/gpu_check/<device>.json. `keep_bundle=False` removes the bundle (mostly
     parameters, 100+ MB) once scored."""
-    from kokoro_tvm.paths import outputs_dir
-    from kokoro_tvm.runtime.devices import require_device
 
     check_device(device)
     if device != "cpu":
@@ -348,7 +347,6 @@ def gpu_check(
 
 def recorded_runs(directory=None) -> list[dict]:
     """Every report under outputs/gpu_check/ (notebook 06), one per device that was checked."""
-    from kokoro_tvm.paths import outputs_dir
 
     directory = Path(directory) if directory is not None else outputs_dir() / RESULTS_DIR
     return [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
@@ -358,8 +356,6 @@ def symbolic_build_status(model, weights_fingerprint: str, device: str) -> list[
     """Whether each component's symbolic-length build compiles for `device` (code generation only: no device
     needed): per component "built" with seconds and library bytes, or "failed" with TVM's first error line."""
     from kokoro_tvm.compiler.build import OnDemandBuilder
-    from kokoro_tvm.compiler.targets import target_for
-    from kokoro_tvm.components import NAMES
 
     builds, rows = OnDemandBuilder(model, weights_fingerprint, "float32", target_for(device)), []
     for component in NAMES:

@@ -21,6 +21,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+
+from kokoro_tvm import paths
+from kokoro_tvm.weights.resolve import embedded_onnx
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +74,6 @@ def ort_inputs(padded_ids, style: np.ndarray, speed: float) -> dict[str, np.ndar
 def _audio_only(model):
     """`forward_with_tokens` returns (audio, durations) and takes a float speed; the ONNX graph takes speed as a
     [1] tensor, like the embedded export, and keeps the audio."""
-    import torch
 
     class AudioOnly(torch.nn.Module):
         def __init__(self):
@@ -85,9 +88,7 @@ def _audio_only(model):
 
 def onnx_fp32_export(model, fingerprint: str) -> Path:
     """Our own fp32 ONNX file of `model` (cache: onnx/<weights fingerprint>-torch<version>.onnx), exported once."""
-    import torch
 
-    from kokoro_tvm import paths
 
     path = paths.cache_dir() / "onnx" / f"{fingerprint}-torch{torch.__version__.split('+')[0]}-opset{ONNX_OPSET}.onnx"
     with paths.cache_lock(path):
@@ -114,21 +115,35 @@ def onnx_fp32_export(model, fingerprint: str) -> Path:
     return path
 
 
-class OrtFp32:
-    """ONNX Runtime on our fp32 export of the loaded weights."""
+class OrtPeer:
+    """One CPU InferenceSession on an ONNX export of Kokoro (non-spinning workers: see `ort_session`)."""
 
-    def __init__(self, model, fingerprint: str, threads: int | None = None):
-        self.path = onnx_fp32_export(model, fingerprint)
-        self.session = ort_session(self.path, threads)
+    def __init__(self, path: Path, threads: int | None = None):
+        self.path = path
+        self.session = ort_session(path, threads)
 
     def speak(self, padded_ids, style: np.ndarray, speed: float = 1.0) -> np.ndarray:
+        """float32 audio for one utterance (token ids with both pads), with the export's own SineGen noise."""
         (audio,) = self.session.run(None, ort_inputs(padded_ids, style, speed))
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
 
+class OrtFp32(OrtPeer):
+    """ONNX Runtime on our fp32 export of the loaded weights."""
+
+    def __init__(self, model, fingerprint: str, threads: int | None = None):
+        super().__init__(onnx_fp32_export(model, fingerprint), threads)
+
+
+class OrtInt8(OrtPeer):
+    """ONNX Runtime on the embedded int8 export of Kokoro-82M (the export our default weights are recovered from)."""
+
+    def __init__(self, threads: int | None = None):
+        super().__init__(embedded_onnx(), threads)
+
+
 def torch_inputs(padded_ids, style: np.ndarray):
     """`forward_with_tokens`'s token ids [1, T] and style [1, 256] for one utterance."""
-    import torch
 
     ids = torch.tensor([padded_ids], dtype=torch.long)
     return ids, torch.from_numpy(np.asarray(style, dtype=np.float32).reshape(1, -1))
@@ -141,7 +156,6 @@ class TorchEager:
         self.forward = model.forward_with_tokens
 
     def speak(self, padded_ids, style: np.ndarray, speed: float = 1.0):
-        import torch
 
         with torch.no_grad():
             return self.forward(*torch_inputs(padded_ids, style), speed)[0]
@@ -152,7 +166,6 @@ class TorchCompiled(TorchEager):
     first `speak` (the benchmark's warm-up, outside its timed rounds)."""
 
     def __init__(self, model):
-        import torch
 
         self.forward = torch.compile(model.forward_with_tokens, dynamic=False)
         self.compile_s: float | None = None
@@ -167,8 +180,6 @@ class TorchCompiled(TorchEager):
 
 def make_peer(name: str, model, fingerprint: str, threads: int):
     """The peer `name` (one of PEERS), an object with `speak(padded_ids, style, speed)`."""
-    from kokoro_tvm.studies.ort_int8 import OrtInt8
-
     makers = {
         "torch": lambda: TorchEager(model),
         "torch_compile": lambda: TorchCompiled(model),

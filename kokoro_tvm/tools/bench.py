@@ -1,0 +1,310 @@
+"""`kokoro-tvm bench`: TVM and the peers a user would pick instead (`tools.peers`: PyTorch eager,
+`torch.compile`, ONNX Runtime fp32 on our own export, ONNX Runtime on the embedded int8 export) on the same
+utterance, in one process, backends interleaved round by round, the median of `runs` timed rounds after `warmup`
+rounds, with the spread (min, max) of the timed rounds.
+
+- peers: `peers=("torch", "ort_int8")` picks some (default: all). `torch_compile` compiles during the first
+  warm-up round (its seconds: `peers[...]["setup_s"]`), so `warmup` must be >= 1 with it. `tvm_vs[peer]` is the
+  peer's median over TVM's; `torch_s`, `ort_int8_s`, `tvm_vs_torch`, `tvm_vs_ort` stay for those two peers.
+- tvm: `TVMKokoro.run_stages` with the shapes `say --backend tvm` uses (default: the symbolic-length builds,
+  padding to whole 8-step tiles included in the time), the chosen bucket set (`buckets="bucketed"`) or at exact lengths
+  (`buckets="exact"`), host steps included, TVM's pool set to `threads`. Several policies, comma-separated
+  (`"dynamic,bucketed,exact"`), are all timed in the same rounds: `tvm_s` is the first, `tvm_policies` has each
+  one's median, spread and shapes. `precisions="fp32,bf16,int8"` adds TVM's bf16 build (kokoro_tvm.compiler.bf16)
+  and int8 build (compiler.int8) to the same rounds: variant names `tvm[bf16]`, `tvm[bucketed,int8]`; the first
+  precision and policy are `tvm`.
+- per_component: each compiled component against the same component graph in torch eager (the padding-invariant
+  wrappers TVM compiles), on the inputs the TVM run actually fed it.
+- gflop_per_audio_s: torch's FlopCounterMode over the stock forward (convolutions and matmuls), per second of
+  audio; tvm_gflops = that work over tvm_s.
+
+Builds (and the cache) are outside the timed region. Threads are stated in the record; the same process runs
+all backends, so machine noise hits them alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, TextError, prepare
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
+from kokoro_tvm.reference.noise import ZeroNoise
+from kokoro_tvm.runtime.buckets import parse_buckets
+
+log = logging.getLogger(__name__)
+
+# 11-12 s of speech with the default voice: the issue's "10+ s utterance".
+DEFAULT_TEXT = (
+    "The old lighthouse keeper climbed the spiral stairs every evening, counting each step aloud, "
+    "and when he reached the lamp he wiped the glass until it shone like the morning sea."
+)
+
+
+BENCH_PRECISIONS = ("fp32", "bf16", "int8")  # --precision values bench times (fp64 is for parity, not speed)
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# Seconds of idle before each backend's call. A thread pool spins for a while after its work (torch's OpenMP
+# workers, ONNX Runtime's, TVM's) on the cores the next backend starts on: `--conv-peak` timed our int8 conv,
+# which ran straight after PyTorch's, at 502 GOP/s without this pause and at 732 with it (NOTES/performance.md).
+SETTLE_SECONDS = 0.05
+
+
+def interleaved(
+    backends: dict[str, Callable[[], object]], runs: int, warmup: int, settle: float = SETTLE_SECONDS
+) -> dict[str, list[float]]:
+    """Every backend once per round (`warmup` untimed rounds first), `settle` seconds of idle before each
+    call: the seconds of each timed round."""
+    for _ in range(warmup):
+        for fn in backends.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in backends}
+    for _ in range(runs):
+        for name, fn in backends.items():
+            time.sleep(settle)
+            samples[name].append(_timed(fn))
+    return samples
+
+
+def median_interleaved(backends: dict[str, Callable[[], object]], runs: int, warmup: int) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in interleaved(backends, runs, warmup).items()}
+
+
+def set_threads(threads: int) -> None:
+    """torch's intra-op threads, and TVM's pool size through TVM_NUM_THREADS, which TVM reads when its pool
+    starts (the first parallel kernel of the process). Not `runtime.config_threadpool`: it pins the calling
+    thread to a core, and torch's OpenMP workers, started from that thread later, inherit the pin and end
+    up sharing one core."""
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+
+
+class _Recorder:
+    """Wraps TVMKokoro.run_component so one run leaves each component's (length, inputs) behind."""
+
+    def __init__(self, compiled):
+        self.compiled, self.inputs = compiled, {}
+        self._run = compiled.run_component
+
+    def __enter__(self):
+        def run_component(component, length, *inputs):
+            self.inputs[component] = (length, [np.array(x) for x in inputs])
+            return self._run(component, length, *inputs)
+
+        self.compiled.run_component = run_component
+        return self
+
+    def __exit__(self, *exc):
+        del self.compiled.run_component  # the class's method again
+
+
+def bench(
+    text: str = DEFAULT_TEXT,
+    voice: str | None = None,
+    threads: int = 2,
+    runs: int = 5,
+    warmup: int = 3,
+    weights=None,
+    components: bool = True,
+    buckets: str = "default",
+    peers: tuple[str, ...] | None = None,
+    precisions: str = "fp32",
+    language: str | None = None,
+) -> dict:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from kokoro_tvm.compiled import check_precision, compiled_kokoro, resolve_precision
+    from kokoro_tvm.tools.peers import PEERS, TorchEager, make_peer
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    if runs < 1 or warmup < 0 or threads < 1:
+        raise ValueError("runs and threads must be >= 1 and warmup >= 0")
+    peers = PEERS if peers is None else tuple(peers)
+    if "torch_compile" in peers and warmup < 1:
+        raise ValueError("torch_compile compiles on its first call: give it at least one warm-up round")
+    policies = [p.strip() for p in buckets.split(",") if p.strip()]
+    if not policies or len(set(policies)) != len(policies):
+        raise ValueError(f"--buckets takes one or more distinct policies, comma-separated; got {buckets!r}")
+    arithmetics = [p.strip() for p in precisions.split(",") if p.strip()]
+    if not arithmetics or len(set(arithmetics)) != len(arithmetics) or not set(arithmetics) <= set(BENCH_PRECISIONS):
+        raise ValueError(f"--precision takes {', '.join(BENCH_PRECISIONS)}, comma-separated; got {precisions!r}")
+    bucket_sets = {p: None if p == "exact" else parse_buckets(p) for p in policies}  # bad specs fail first
+    for name in arithmetics:
+        check_precision(resolve_precision(name)[1])  # a CPU without bf16: one line, before any work
+    variants = [(p, a) for a in arithmetics for p in policies]  # the first is `tvm`
+    chunks = prepare(text=text, language=language or language_of(voice or DEFAULT_VOICE) or DEFAULT_LANGUAGE)
+    if len(chunks) != 1:
+        raise TextError(f"bench takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
+    chunk, pack = chunks[0], load_voice(voice or DEFAULT_VOICE)
+    style = pack.style(len(chunk.phonemes))
+    set_threads(threads)
+    model, info = load_kmodel(weights, dtype=torch.float32)
+    eager = TorchEager(model)  # the utterance's length and FLOPs, whichever peers are timed
+    audio_s = eager.speak(chunk.padded_ids, style).numel() / SAMPLE_RATE
+    with FlopCounterMode(display=False) as counter:
+        eager.speak(chunk.padded_ids, style)
+    gflop = counter.get_total_flops() / 1e9
+
+    setup = {}
+    for name in peers:  # export / session creation outside the timed region; compile happens in the warm-up
+        start = time.perf_counter()
+        setup[name] = make_peer(name, model, info.fingerprint, threads)
+        setup[name].setup_s = time.perf_counter() - start
+
+    compiled = {
+        (p, a): compiled_kokoro(
+            model, info.fingerprint, "float32", buckets=bucket_sets[p], precision=resolve_precision(a)[1]
+        )
+        for p, a in variants
+    }
+    first = {}
+    for index, (variant, runtime) in enumerate(compiled.items()):  # builds (or loads) outside the timed region
+        if index == 0:
+            with _Recorder(runtime) as recorder:
+                first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+        else:
+            first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+
+    def tvm_runner(runtime):
+        return lambda: runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+
+    def variant_name(index, policy, arithmetic):
+        parts = [part for part, usual in ((policy, policies[0]), (arithmetic, "fp32")) if part != usual]
+        return "tvm" if index == 0 else f"tvm[{','.join(parts) or policy}]"
+
+    names = {v: variant_name(i, *v) for i, v in enumerate(variants)}
+    samples = interleaved(
+        {
+            **{name: (lambda p=peer: p.speak(chunk.padded_ids, style, 1.0)) for name, peer in setup.items()},
+            **{names[v]: tvm_runner(runtime) for v, runtime in compiled.items()},
+        },
+        runs,
+        warmup,
+    )
+    totals = {name: statistics.median(values) for name, values in samples.items()}
+    lead = first[variants[0]]
+    record = {
+        "text": text,
+        "voice": pack.name,
+        "utterance_s": round(audio_s, 3),
+        "threads": threads,
+        "runs": runs,
+        "tvm_s": totals["tvm"],
+        "peers": {
+            name: {
+                "s": totals[name],
+                "spread_s": [min(samples[name]), max(samples[name])],
+                "setup_s": getattr(peer, "compile_s", None) or peer.setup_s,
+            }
+            for name, peer in setup.items()
+        },
+        "tvm_vs": {name: totals[name] / totals["tvm"] for name in setup},
+        "rtf": {name: value / audio_s for name, value in totals.items()},
+        "spread_s": {name: [min(values), max(values)] for name, values in samples.items()},
+        "gflop_per_audio_s": gflop / audio_s,
+        "tvm_gflops": gflop / totals["tvm"],
+        "weights_fingerprint": info.fingerprint,
+        "tvm_buckets": _describe(bucket_sets[policies[0]]),
+        "tvm_precision": arithmetics[0],
+        "lengths": {"tokens": len(chunk.padded_ids), "frames": lead.n_frames},
+        "tvm_shapes": {"tokens": lead.buckets[0], "frames": lead.buckets[1]},
+        "tvm_policies": {
+            names[v]: {
+                "buckets": _describe(bucket_sets[v[0]]),
+                "precision": v[1],
+                "s": totals[names[v]],
+                "spread_s": [min(samples[names[v]]), max(samples[names[v]])],
+                "shapes": {"tokens": first[v].buckets[0], "frames": first[v].buckets[1]},
+                "padded_frames": first[v].buckets[1] / lead.n_frames - 1,
+                "vs_first": totals[names[v]] / totals["tvm"],
+            }
+            for v in variants
+        },
+    }
+    for name, key, ratio in (("torch", "torch_s", "tvm_vs_torch"), ("ort_int8", "ort_int8_s", "tvm_vs_ort")):
+        if name in setup:
+            record[key], record[ratio] = totals[name], record["tvm_vs"][name]
+    if components:
+        record["per_component"] = _per_component(model, compiled[variants[0]], recorder.inputs, runs, warmup)
+    return record
+
+
+def describe_run(record: dict) -> str:
+    """One line on what a bench record timed: the text, how long, how many threads and rounds."""
+    text = record["text"] if len(record["text"]) <= 90 else record["text"][:87] + "..."
+    return (
+        f"\"{text}\": {record['utterance_s']:.1f} s of speech ({record['lengths']['tokens']} tokens, "
+        f"{record['lengths']['frames']} frames), {record['threads']} threads, median of {record['runs']} "
+        "interleaved rounds"
+    )
+
+
+def backend_rows(record: dict) -> list[dict]:
+    """One row per timed backend of a bench record: median, spread, RTF, its time over TVM's, one-time setup."""
+    rows = []
+    for name, rtf in record["rtf"].items():
+        peer = record["peers"].get(name)
+        median = peer["s"] if peer else record["tvm_policies"][name]["s"]
+        rows.append({
+            "backend": name,
+            "median_s": median,
+            "spread_s": record["spread_s"][name],
+            "rtf": rtf,
+            "vs_tvm": median / record["tvm_s"],
+            "setup_s": peer["setup_s"] if peer else None,
+        })
+    return rows
+
+
+def _describe(bucket_set) -> str:
+    return bucket_set.describe() if bucket_set else "exact"
+
+
+def _per_component(model, compiled, recorded: dict, runs: int, warmup: int) -> dict:
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from kokoro_tvm.compiler.export import component_module
+    from kokoro_tvm.compiler.patches import export_patches
+
+    result = {}
+    with export_patches(model), torch.no_grad():
+        for component, (length, inputs) in recorded.items():
+            module = component_module(model, component)
+            torch_inputs = [torch.from_numpy(x) for x in inputs]
+            runner = compiled.runner(component, length)
+            tiles = [] if runner.artifact.length_tile is None else [runner.shape(length // runner.artifact.length_tile)]
+            with FlopCounterMode(display=False) as counter:
+                module(*torch_inputs)
+            times = median_interleaved(
+                {
+                    "torch": lambda m=module, x=torch_inputs: m(*x),
+                    "tvm": lambda r=runner, x=inputs + tiles: r(*x),
+                },
+                runs,
+                warmup,
+            )
+            build = runner.artifact.manifest.get("seconds", {})
+            result[component] = {
+                "length": length,
+                "torch_s": times["torch"],
+                "tvm_s": times["tvm"],
+                "gflop": counter.get_total_flops() / 1e9,
+                "build_s": sum(build.values()) if build else None,
+            }
+    return result
