@@ -67,3 +67,16 @@ def test_the_report_opens_with_the_headline_findings_and_each_section_with_its_o
     assert "not assessed (full run only)" in page
     assert "<details><summary>Key metrics (12)</summary>" in page  # a long list is folded
     assert "<th>weights fingerprint</th><td>f00</td>" in page and "{" not in page.split("<ul>")[0].split("Run")[1]
+
+
+def test_a_claim_this_machine_cannot_assess_is_never_a_pass():
+    """nvcc missing, no GPU: the claim keeps its value, says why it was not assessed, and the conclusion says so."""
+    absent = claims.claim("CUDA sources nvcc rejects", 0, "==", 0, note="metal.md",
+                          unavailable="nvcc is not installed here")
+    held = claims.claim("worst PESQ-WB", 4.5, ">=", 4.3, note="metal.md", headline=True)
+    assert absent.passed is None and claims.status(absent.as_dict()) == "not assessed (nvcc is not installed here)"
+    text = claims.conclusion([absent, held])
+    assert text.startswith("All 1 assessed findings hold.") and "worst PESQ-WB 4.5 (>= 4.3)" in text
+    assert "1 of 2 could not be assessed in this run (nvcc is not installed here)" in text
+    failing = claims.conclusion([claims.claim("worst PESQ-WB", 4.1, ">=", 4.3, note="metal.md"), absent])
+    assert failing.startswith("**1 of 2 findings do not hold: worst PESQ-WB.**")

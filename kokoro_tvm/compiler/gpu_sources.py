@@ -269,6 +269,14 @@ def export_library(build: GPUBuild, path: Path) -> str:
     return f"exported: {path}"
 
 
+def nvcc_unavailable(checks: list[dict]) -> str | None:
+    """Why no nvcc verdict exists for these nvcc_check results (None where nvcc ran on any of them): a claim on
+    them is then not assessed, never passed."""
+    if any(check["status"] in ("compiled", "failed") for check in checks):
+        return None
+    return "nvcc is not installed here"
+
+
 def nvcc_check(source: str, arch: str = "sm_80") -> dict:
     """Compile CUDA source to PTX with nvcc: a real compiler's verdict on the generated code without a GPU."""
     nvcc = shutil.which("nvcc")

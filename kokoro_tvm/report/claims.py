@@ -36,7 +36,8 @@ class Claim:
     threshold: float | bool | str
     note: str  # the NOTES/ file that explains it
     headline: bool = False
-    assessed: bool = True  # False: needs the full run, and this was a FAST run
+    assessed: bool = True  # False: needs the full run and this was a FAST run, or this machine cannot assess it
+    reason: str = ""  # why it is not assessed ("" with assessed=True)
 
     @property
     def passed(self) -> bool | None:
@@ -57,9 +58,12 @@ def claim(
     headline: bool = False,
     full_run: bool = False,
     fast: bool = False,
+    unavailable: str | None = None,
 ) -> Claim:
     """A claim on `value` (`op` one of <=, <, >=, >, ==). `note`: the NOTES file (name in NOTES/) behind it.
-    `full_run=True` with `fast=True` (the notebook's FAST): recorded, not assessed."""
+    `full_run=True` with `fast=True` (the notebook's FAST): recorded, not assessed. `unavailable`: why this
+    machine cannot assess it (a tool or device it lacks): recorded as not assessed with that reason, never as a
+    pass."""
     if op not in OPERATORS:
         raise ClaimError(f"{name}: comparison {op!r} is not one of {', '.join(OPERATORS)}")
     if not (NOTES_DIR / note).is_file():
@@ -70,7 +74,11 @@ def claim(
         raise ClaimError(f"{name}: the value {value} is not a finite number")
     if not isinstance(value, (bool, int, float, str)) or value is None:
         raise ClaimError(f"{name}: the value {value!r} is not a number, flag or label")
-    return Claim(name, value, op, threshold, note, headline, assessed=not (full_run and fast))
+    if unavailable:
+        return Claim(name, value, op, threshold, note, headline, assessed=False, reason=unavailable)
+    if full_run and fast:
+        return Claim(name, value, op, threshold, note, headline, assessed=False, reason="full run only")
+    return Claim(name, value, op, threshold, note, headline)
 
 
 def _format(value) -> str:
@@ -80,9 +88,9 @@ def _format(value) -> str:
 
 
 def status(entry: dict) -> str:
-    """'pass', 'FAIL' or 'not assessed (full run only)' for a claim as recorded (Claim.as_dict)."""
+    """'pass', 'FAIL' or 'not assessed (why)' for a claim as recorded (Claim.as_dict)."""
     if entry["passed"] is None:
-        return "not assessed (full run only)"
+        return f"not assessed ({entry.get('reason') or 'full run only'})"
     return "pass" if entry["passed"] else "FAIL"
 
 
@@ -97,6 +105,24 @@ def findings_markdown(claims: list[Claim], notes_prefix: str = "../NOTES/") -> s
             f"| {c.name} | {_format(c.value)} | {c.op} {_format(c.threshold)} | **{status(entry)}** "
             f"| [{c.note}]({notes_prefix}{c.note}) |"
         )
+    return "\n".join(lines) + "\n\n" + conclusion(claims)
+
+
+def conclusion(claims: list[Claim]) -> str:
+    """Two or three sentences drawn from the claims: how many hold, what the headline findings measured, and
+    which could not be assessed and why."""
     failed = [c.name for c in claims if c.passed is False]
-    summary = f"**{len(failed)} of {len(claims)} findings do not hold: {', '.join(failed)}.**" if failed else ""
-    return "\n".join(lines) + ("\n\n" + summary if summary else "")
+    held = [c for c in claims if c.passed]
+    skipped = [c for c in claims if c.passed is None]
+    if failed:
+        sentences = [f"**{len(failed)} of {len(claims)} findings do not hold: {', '.join(failed)}.**"]
+    else:
+        sentences = [f"All {len(held)} assessed findings hold."]
+    headline = [c for c in held if c.headline]
+    if headline:
+        sentences.append("Headline: " + "; ".join(f"{c.name} {_format(c.value)} ({c.op} {_format(c.threshold)})"
+                                                   for c in headline) + ".")
+    if skipped:
+        reasons = sorted({c.reason or "full run only" for c in skipped})
+        sentences.append(f"{len(skipped)} of {len(claims)} could not be assessed in this run ({'; '.join(reasons)}).")
+    return " ".join(sentences)
