@@ -1,5 +1,8 @@
-"""Test tiers: unit tests (default, seconds), `real` (embedded Kokoro-82M weights, minutes, part of `make test`)
-and `slow` (not in `make test`; `make test-slow`)."""
+"""Test tiers: unit tests (unmarked: tiny random configs, most take seconds, but the tier builds the five
+components once per session in float64 on random weights, so it costs minutes, not seconds), `real` (the
+embedded Kokoro-82M weights and their symbolic, bf16 and int8 builds: minutes, part of `make test`),
+`notebooks` (every notebook under papermill with FAST=True, the longest file) and `slow` (not in `make test`;
+`make test-slow`). NOTES/architecture.md has the measured totals."""
 
 import os
 
