@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 
+from kokoro_tvm.errors import ResourceError
 
-class MissingPackageError(RuntimeError):
+
+class MissingPackageError(ResourceError):
     """A package that carries data we need is not installed."""
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.errors import ResourceError
 
-class ArtifactError(RuntimeError):
+
+class ArtifactError(ResourceError):
     """A compiled artifact is missing, corrupt, or not what its manifest says."""
 
 

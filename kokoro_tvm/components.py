@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kokoro_tvm.config import MAX_POSITIONS, N_HARMONICS, SAMPLES_PER_FRAME, STYLE_DIM
+from kokoro_tvm.errors import InputError
 
 TOKENS, FRAMES = "tokens", "frames"  # the two length axes
 
@@ -144,8 +145,8 @@ REGISTRY: dict[str, Component] = {
 NAMES: tuple[str, ...] = tuple(REGISTRY)  # pipeline order
 
 
-class UnknownComponentError(ValueError):
-    pass
+class UnknownComponentError(InputError):
+    """A component name that is not in the registry."""
 
 
 def component(name: str) -> Component:
@@ -188,7 +189,6 @@ SYMBOLIC_MAX_LENGTH = {
 # its sentence (float32 against float64 is 48.6 dB). The F0 / N predictor (f0n) and the duration path (albert,
 # duration) stay float32: F0 drives the ill-conditioned SineGen phase, and durations must not move. Convolutions
 # with an odd number of input channels (F0_conv, N_conv: one) stay float32 in any case.
-PRECISIONS = ("full", "bf16", "int8")  # full: the dtype's own arithmetic everywhere
 BF16_CONVOLUTIONS = {
     "text_encoder": ("text_encoder.cnn.",),
     "decoder": ("decoder.encode.", "decoder.decode.", "decoder.asr_res.", "decoder.generator."),
@@ -205,12 +205,58 @@ INT8_CONVOLUTIONS = {
 }
 
 
-def build_precision(component: str, precision: str) -> str:
-    """The arithmetic `component` is built with under `precision`: a component with no layer to reduce is built
+
+
+@dataclass(frozen=True)
+class Precision:
+    """One value of `--precision`: the one vocabulary of the CLI (say, compile, compare, bench), synthesize, bench
+    and the notebooks. A build's own field is its `arithmetic` (ARITHMETICS), read from here."""
+
+    name: str
+    dtype: str  # the model's dtype the build starts from
+    arithmetic: str  # what the build computes in: "full" = the dtype's own arithmetic everywhere
+    timed: bool  # bench times it (fp64 is the parity reference, not a speed contender)
+    summary: str
+
+
+ARITHMETICS = ("full", "bf16", "int8")
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("fp32", "float32", "full", True, "float32 everywhere (the default)"),
+        Precision("fp64", "float64", "full", False, "float64 everywhere: the parity reference"),
+        Precision("bf16", "float32", "bf16", True, "BF16_CONVOLUTIONS in bf16 (AVX512_BF16)"),
+        Precision("int8", "float32", "int8", True, "INT8_CONVOLUTIONS in int8, the rest of bf16's in bf16 (+ VNNI)"),
+    )
+}  # fmt: skip
+TIMED_PRECISIONS = tuple(name for name, p in PRECISIONS.items() if p.timed)
+
+
+def get_precision(name: str) -> Precision:
+    """`--precision NAME` -> its Precision; an unknown name is one InputError listing the choices."""
+    if name not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
+    return PRECISIONS[name]
+
+
+def precision_list(spec: str, choices: tuple[str, ...] = tuple(PRECISIONS)) -> tuple[Precision, ...]:
+    """A comma-separated list of distinct precisions from `choices` (bench's `--precision fp32,bf16,int8`)."""
+    names = [name.strip() for name in spec.split(",") if name.strip()]
+    if not names or len(set(names)) != len(names) or not set(names) <= set(choices):
+        raise InputError(f"--precision takes {', '.join(choices)}, comma-separated and distinct; got {spec!r}")
+    return tuple(PRECISIONS[name] for name in names)
+
+
+def check_arithmetic(arithmetic: str) -> str:
+    if arithmetic not in ARITHMETICS:
+        raise InputError(f"a build's arithmetic is one of {', '.join(ARITHMETICS)}, got {arithmetic!r}")
+    return arithmetic
+
+
+def build_precision(component: str, arithmetic: str) -> str:
+    """The arithmetic `component` is built with under `arithmetic`: a component with no layer to reduce is built
     (and cached) as its full-precision self, so a bf16 runtime shares those artifacts with the float32 one, and
     one with bf16 layers but no int8 layer under int8 as its bf16 self."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "int8" and component not in INT8_CONVOLUTIONS:
-        precision = "bf16"
-    return precision if precision == "full" or component in BF16_CONVOLUTIONS else "full"
+    if check_arithmetic(arithmetic) == "int8" and component not in INT8_CONVOLUTIONS:
+        arithmetic = "bf16"
+    return arithmetic if arithmetic == "full" or component in BF16_CONVOLUTIONS else "full"

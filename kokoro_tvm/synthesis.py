@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.g2p import g2p_name
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, Chunk, foreign_letters, phonemize, prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
@@ -71,19 +72,18 @@ class TVMBackend:
 
     @classmethod
     def load(cls, weights=None, precision: str = "fp32", buckets: str = "default", device: str = "cpu") -> TVMBackend:
-        """`precision`: fp32, fp64 or bf16 (kokoro_tvm.compiled.PRECISION_CHOICES)."""
+        """`precision`: a kokoro_tvm.components.PRECISIONS name (fp32, fp64, bf16, int8)."""
         import torch
 
-        from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro, resolve_precision
+        from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro
         from kokoro_tvm.weights.resolve import load_kmodel
 
-        dtype, arithmetic = resolve_precision(precision)
+        dtype = check_precision(precision, device).dtype  # so does a CPU without bf16 for a bf16 build
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
-        check_device(device, dtype)  # so does a missing device, or a CPU without bf16 for a bf16 build
-        check_precision(arithmetic, device)
+        check_device(device, dtype)  # and a missing device
         model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
         compiled = compiled_kokoro(
-            model, info.fingerprint, dtype, buckets=bucket_set, device=device, precision=arithmetic
+            model, info.fingerprint, precision, buckets=bucket_set, device=device
         )
         return cls(compiled, info)
 
@@ -104,19 +104,19 @@ class TVMBackend:
 
 def make_backend(name: str, weights=None, buckets: str = "default", device: str = "cpu", precision: str = "fp32"):
     if name != "tvm" and device != "cpu":
-        raise ValueError(f"--device {device} applies to the tvm backend only (the {name} backend runs on the CPU)")
+        raise InputError(f"--device {device} applies to the tvm backend only (the {name} backend runs on the CPU)")
     if name != "tvm" and precision != "fp32":
-        raise ValueError(f"--precision {precision} applies to the tvm backend only (the {name} backend is fp32)")
+        raise InputError(f"--precision {precision} applies to the tvm backend only (the {name} backend is fp32)")
     if name == "torch":
         return TorchBackend.load(weights)
     if name == "tvm":
         return TVMBackend.load(weights, precision=precision, buckets=buckets, device=device)
-    raise ValueError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+    raise InputError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
 
 
 def check_speed(speed: float) -> float:
     if not (isinstance(speed, (int, float)) and math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
-        raise ValueError(f"speed must be a number in [{MIN_SPEED}, {MAX_SPEED}], got {speed!r}")
+        raise InputError(f"speed must be a number in [{MIN_SPEED}, {MAX_SPEED}], got {speed!r}")
     return float(speed)
 
 

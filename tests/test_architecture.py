@@ -270,3 +270,24 @@ def test_tvm_builds_stay_in_the_compiler_and_vm_calls_in_the_runtime():
               for c in _calls(p, ("tvm.compile", "tirx.build", ".export_library"))]  # fmt: skip
     vms = [c for name, p in MODULES.items() if _stage(name) != "runtime" for c in _calls(p, ("VirtualMachine",))]
     assert not builds and not vms, builds + vms
+
+
+MAX_MODULE_LINES = 350  # a module a newcomer reads in one sitting
+MAX_FUNCTION_LINES = 60  # a function that fits a screen; longer ones are split into named steps
+# Justified exceptions (NOTES/architecture.md): a TVMScript kernel reads as one body, top to bottom.
+LONG_FUNCTIONS = {"compiler/ops/lstm_gpu.py:gpu_recurrence_kernel"}
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        name = path.relative_to(PACKAGE).as_posix()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            size = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and size > MAX_FUNCTION_LINES:
+                if f"{name}:{node.name}" not in LONG_FUNCTIONS:
+                    too_long.append(f"{name}:{node.name}: {size} lines")
+    assert too_long == []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm.runtime import bundle_runner
-from kokoro_tvm.tools.gpu_check import TOLERANCE_REL_L2, pack_params, transfer_parts
+from kokoro_tvm.tools.gpu_bundle import TOLERANCE_REL_L2, pack_params, transfer_parts
 
 
 def _tiny_library(path):

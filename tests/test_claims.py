@@ -80,3 +80,11 @@ def test_a_claim_this_machine_cannot_assess_is_never_a_pass():
     assert "1 of 2 could not be assessed in this run (nvcc is not installed here)" in text
     failing = claims.conclusion([claims.claim("worst PESQ-WB", 4.1, ">=", 4.3, note="metal.md"), absent])
     assert failing.startswith("**1 of 2 findings do not hold: worst PESQ-WB.**")
+
+
+def test_checker_fixes_defaults_that_a_call_may_override():
+    check = claims.checker(fast=True, note="performance.md")
+    kept = check("speed", 2.0, ">=", 1.0, full_run=True)
+    assert kept.note == "performance.md" and kept.passed is None  # full_run under fast: recorded, not assessed
+    own = check("quality", 4.5, ">=", 4.3, note="audio_comparison.md", fast=False)
+    assert own.note == "audio_comparison.md" and own.passed is True

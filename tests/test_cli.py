@@ -89,3 +89,44 @@ def test_gpu_check_without_the_device_is_one_line_before_any_build(capsys, tmp_p
     err = capsys.readouterr().err.strip()
     assert "no cuda device on this machine" in err and "\n" not in err
     assert not (tmp_path / "g").exists()  # refused before any bundle was written
+
+
+def test_unwritable_output_is_one_line(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert main(["say", "Hi.", "-o", str(blocker / "x.wav"), "--zero-noise"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {blocker / 'x.wav'}" in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bug_is_not_reported_as_a_user_error(monkeypatch):
+    """Only the project's own errors become one line; a ValueError from a bug keeps its traceback."""
+    from kokoro_tvm.cli import speech
+
+    def broken(*args, **kwargs):
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(speech, "synthesize", broken)
+    with pytest.raises(ValueError, match="an internal bug"):
+        main(["say", "Hi.", "-o", "x.wav"])
+
+
+def test_every_error_class_of_the_project_is_one_the_cli_reports():
+    """An exception class defined in kokoro_tvm (bar the standalone bundle runner, which imports nothing from
+    it) that is not a KokoroTVMError would reach the user as a traceback."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import kokoro_tvm
+    from kokoro_tvm.errors import KokoroTVMError
+
+    defined = []
+    for module in pkgutil.walk_packages(kokoro_tvm.__path__, "kokoro_tvm."):
+        if module.name.endswith(("bundle_runner", "__main__")):
+            continue
+        found = importlib.import_module(module.name)
+        defined += [obj for _, obj in inspect.getmembers(found, inspect.isclass)
+                    if issubclass(obj, Exception) and obj.__module__ == module.name]  # fmt: skip
+    assert len(defined) >= 15  # the walk found the project's error classes
+    assert [cls.__qualname__ for cls in defined if not issubclass(cls, KokoroTVMError)] == []

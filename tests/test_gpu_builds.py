@@ -13,15 +13,8 @@ import tvm
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler.build import BuildSpec
-from kokoro_tvm.compiler.gpu_sources import (
-    Launch,
-    build_sources,
-    gpu_lstm_check,
-    launches_of,
-    nvcc_check,
-    source_problems,
-    unbound_functions,
-)
+from kokoro_tvm.compiler.gpu_launches import Launch, launches_of, unbound_functions
+from kokoro_tvm.compiler.gpu_sources import build_sources, gpu_lstm_check, nvcc_check, source_problems
 from kokoro_tvm.compiler.targets import check_dtype
 from kokoro_tvm.weights.resolve import kmodel_skeleton
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kokoro_tvm.components import LENGTH_TILE
-from kokoro_tvm.tools import gpu_check
+from kokoro_tvm.tools import gpu_bundle, gpu_check
 
 pytestmark = pytest.mark.real
 
@@ -27,8 +27,8 @@ PESQ_MIN, STOI_MIN = 4.4, 0.99  # the fp32 bars of the audio comparison (NOTES/a
 def cpu_bundle(kmodel, tmp_path_factory):
     model, info = kmodel
     folder = tmp_path_factory.mktemp("gpu-check") / "bundle"
-    bundle = gpu_check.make_bundle(
-        model, info.fingerprint, "cpu", folder, gpu_check.default_utterances(quick=True), with_runtime=True
+    bundle = gpu_bundle.make_bundle(
+        model, info.fingerprint, "cpu", folder, gpu_bundle.default_utterances(quick=True), with_runtime=True
     )
     return folder, bundle
 

@@ -82,7 +82,7 @@ def _emulated(x, w, b, dilation: int):
     must compute."""
     import torch
 
-    from kokoro_tvm.studies.precision import EMULATIONS
+    from kokoro_tvm.studies.emulation import EMULATIONS
 
     xr, wr = EMULATIONS["int8_channel"](torch.from_numpy(x).double(), torch.from_numpy(w).double(), 0)
     pad = dilation * (w.shape[2] - 1) // 2

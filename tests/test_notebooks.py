@@ -10,6 +10,7 @@ from kokoro_tvm.report.notebook_runner import PipelineError, declared_parameters
 
 NOTEBOOKS = notebooks()
 MAX_CELL_LINES = 15
+MAX_LINE_CHARS = 120  # the package's own line length (ruff): a cell reads in a shared notebook without scrolling
 
 
 def test_there_are_notebooks():
@@ -31,6 +32,9 @@ def test_notebook_structure(path):
         tree = ast.parse(source)
         assert not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in ast.walk(tree)), "no def/class in cells"
         assert "print(" not in source and "!pip" not in source
+        assert "plt." not in source, "figures are drawn by kokoro_tvm.report.figures, one call each"
+    wide = [line for cell in cells for line in "".join(cell["source"]).splitlines() if len(line) > MAX_LINE_CHARS]
+    assert wide == [], f"{len(wide)} lines over {MAX_LINE_CHARS} characters"
     assert cells[0]["cell_type"] == "markdown" and cells[0]["source"][0].startswith("# ")
 
 

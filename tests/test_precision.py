@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kokoro_tvm.studies import precision
+from kokoro_tvm.studies import emulation
 
 
 def _net():
@@ -23,7 +23,7 @@ def test_uint8_per_step_keeps_a_quiet_step_that_one_scale_per_tensor_loses():
     torch.manual_seed(0)
     x = torch.randn(1, 64, 5)
     x[..., 2] *= 1e-3  # a quiet stretch next to loud ones, as in speech
-    step = precision._uint8_per_step(x)
+    step = emulation._uint8_per_step(x)
     # 255 levels between each step's own minimum and maximum: error at most half a level (plus float32 rounding)
     levels = (x.amax(dim=1) - x.amin(dim=1)) / 255
     assert ((step - x).abs() <= levels[:, None, :] * (0.5 + 1e-4)).all()
@@ -36,30 +36,30 @@ def test_uint8_per_step_keeps_a_quiet_step_that_one_scale_per_tensor_loses():
     # per step: the quiet step is held to its own 1/255 levels (relative error ~1e-3); one scale for the whole
     # tensor has levels a thousand times coarser than that step and rounds most of it to zero
     assert quiet_error(step) < 0.01
-    assert quiet_error(precision._int8_per_tensor(x)) > 0.5
+    assert quiet_error(emulation._int8_per_tensor(x)) > 0.5
 
 
 def test_int8_weight_rounds_each_output_channel_on_its_own_scale():
     torch.manual_seed(1)
     w = torch.randn(6, 4, 3) * torch.tensor([1e-3, 1, 10, 1, 1, 100])[:, None, None]
-    rounded = precision._int8_weight(w)
+    rounded = emulation._int8_weight(w)
     scale = w.abs().amax(dim=(1, 2)) / 127
     assert torch.allclose(rounded.abs().amax(dim=(1, 2)), w.abs().amax(dim=(1, 2)), rtol=1e-6)
     assert ((rounded - w).abs() <= scale[:, None, None] * (0.5 + 1e-4)).all()
     assert torch.allclose(rounded / scale[:, None, None], (rounded / scale[:, None, None]).round(), atol=1e-3)
 
 
-@pytest.mark.parametrize("kind", sorted(precision.EMULATIONS))
+@pytest.mark.parametrize("kind", sorted(emulation.EMULATIONS))
 def test_emulated_precision_computes_the_rounded_conv_and_comes_off(kind):
     net = _net()
     x = torch.randn(1, 4, 11)
     with torch.no_grad():
         exact = net(x)
-        rounded = precision.EMULATIONS[kind]
+        rounded = emulation.EMULATIONS[kind]
         conv, relu, up = net
         h = relu(F.conv1d(*rounded(x, conv.weight, 0), conv.bias, 1, 2, 2))
         expected = F.conv_transpose1d(*rounded(h, up.weight, 1), up.bias, 2, 1)
-        with precision.emulated_precision(net, ["0", "2"], kind):
+        with emulation.emulated_precision(net, ["0", "2"], kind):
             got = net(x)
         after = net(x)
     assert torch.equal(got, expected)
@@ -72,7 +72,7 @@ def test_int8_channel_is_an_integer_conv_with_one_scale_per_output_channel(out_d
     torch.manual_seed(2)
     x = torch.randn(1, 6, 40) * torch.tensor([0.01, 1, 5, 1, 1, 0.1])[None, :, None] + 0.3
     w = torch.randn(6, 5, 3) if out_dim == 1 else torch.randn(5, 6, 3)
-    x_hat, w_hat = precision.EMULATIONS["int8_channel"](x, w, out_dim)
+    x_hat, w_hat = emulation.EMULATIONS["int8_channel"](x, w, out_dim)
     low = x.amin(dim=(0, 2)).clamp(max=0)
     scale = (x.amax(dim=(0, 2)).clamp(min=0) - low) / 255
     zero = (-low / scale).round()
@@ -80,7 +80,7 @@ def test_int8_channel_is_an_integer_conv_with_one_scale_per_output_channel(out_d
     assert torch.allclose(levels, levels.round(), atol=1e-3)
     assert levels.round().min() >= 0 and levels.round().max() <= 255
     # zero padding is the zero point exactly: 0 is a level of every channel
-    assert torch.equal(precision.EMULATIONS["int8_channel"](torch.zeros(1, 6, 4), w, out_dim)[0], torch.zeros(1, 6, 4))
+    assert torch.equal(emulation.EMULATIONS["int8_channel"](torch.zeros(1, 6, 4), w, out_dim)[0], torch.zeros(1, 6, 4))
     # the folded weights, w * scale[c], are int8 with one scale per output channel
     shape = [-1 if d == 1 - out_dim else 1 for d in range(3)]
     folded = w_hat * scale.reshape(shape)
@@ -96,10 +96,10 @@ def test_emulated_precision_refuses_an_unknown_kind_and_a_non_conv_restoring_wha
     with torch.no_grad():
         exact = net(x)
     with pytest.raises(ValueError, match="kind must be one of"):
-        with precision.emulated_precision(net, ["0"], "int4"):
+        with emulation.emulated_precision(net, ["0"], "int4"):
             pass
     with pytest.raises(ValueError, match="ReLU, not a convolution"):
-        with precision.emulated_precision(net, ["0", "1"], "bf16"):
+        with emulation.emulated_precision(net, ["0", "1"], "bf16"):
             pass
     with torch.no_grad():
         assert torch.equal(net(x), exact)
@@ -107,17 +107,17 @@ def test_emulated_precision_refuses_an_unknown_kind_and_a_non_conv_restoring_wha
 
 def test_mixed_precision_assigns_each_layer_one_kind_and_refuses_two():
     net = _net()
-    with precision.mixed_precision(net, {"int8_step": ["0"], "bf16": ["2"]}) as chosen:
+    with emulation.mixed_precision(net, {"int8_step": ["0"], "bf16": ["2"]}) as chosen:
         assert chosen == {"0": "int8_step", "2": "bf16"}
     with pytest.raises(ValueError, match="under both"):
-        with precision.mixed_precision(net, {"int8_step": ["0", "2"], "bf16": ["2"]}):
+        with emulation.mixed_precision(net, {"int8_step": ["0", "2"], "bf16": ["2"]}):
             pass
 
 
 def test_counted_macs_is_multiply_adds_per_step_times_output_steps():
     net = _net()
     x = torch.randn(1, 4, 11)
-    with torch.no_grad(), precision.counted_macs(net) as macs:
+    with torch.no_grad(), emulation.counted_macs(net) as macs:
         net(x)
         net(x)
     # conv: 6 x 4 x 3 per output step over 11 steps; transposed conv: each of its 11 input steps meets all

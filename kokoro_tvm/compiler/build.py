@@ -37,10 +37,10 @@ from kokoro_tvm.components import (
     FRAME_COMPONENTS,
     LENGTH_TILE,
     NAMES,
-    PRECISIONS,
     SYMBOLIC_MAX_LENGTH,
     TOKEN_COMPONENTS,
     build_precision,
+    check_arithmetic,
 )
 from kokoro_tvm.components import component as component_info
 from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
@@ -48,21 +48,13 @@ from kokoro_tvm.reference.pt_dynamic import default_dtype
 
 log = logging.getLogger(__name__)
 
-# Bump when export wrappers, patches, custom ops, converters or schedules change what a build computes: the
-# build-source digest below already forces the rebuild, this line records why one was due.
-# recipe 24: an elementwise kernel whose output reads its producers at other positions (the bf16 packing) computes
-# them per vector tile of the last of them, not as a pass each over the whole tensor
-# recipe 23: columns of 8k steps in half-width vectors (8-step symbolic tiles)
-# recipe 22: symbolic builds: tile buffers compacted to a fixed size, the VM's shape function marked noalias
-# recipe 21: ALBERT position ids explicit, nearest x2 and SineGen interpolation as gathers (same values)
-# recipe 20: power(x, 2|3) as products; 16x16 or 8x32 register tiles chosen by L1 set collisions and tile order
-# by operand size; conv epilogues per tile again; vectorized row reductions; masked norms recompute x * mask
+# Part of every cache key, bumped by hand with a name for a change in what builds compute (its history is git's
+# log of this line); the build-source digest below forces a rebuild after any edit in any case.
 RECIPE_VERSION = "24-elementwise-anchors"
 
 # The source that decides what a build computes, relative to the package root: the compiler, the component
 # registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a
-# schedule rule, a converter) never meets an artifact built before it; the recipe version above stays the
-# human-readable record of why a rebuild was due.
+# schedule rule, a converter) never meets an artifact built before it.
 BUILD_SOURCES = ("compiler", "components.py", "reference")
 
 
@@ -91,15 +83,13 @@ class BuildSpec:
     dtype: str = "float32"
     batch: int = 1
     symbolic: bool = False
-    precision: str = "full"  # "bf16": the registry's BF16_CONVOLUTIONS in bf16 (kokoro_tvm.compiler.bf16)
+    precision: str = "full"  # the build's arithmetic (components.ARITHMETICS; a --precision's .arithmetic)
 
     def __post_init__(self):
         ComponentShape(self.component, self.length, self.batch)  # validates component and sizes
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.precision != "full" and self.dtype != "float32":
+        if check_arithmetic(self.precision) != "full" and self.dtype != "float32":
             raise ValueError(f"{self.precision} builds start from the float32 model, not {self.dtype}")
         if self.symbolic and (self.length % LENGTH_TILE or self.batch != 1):
             raise ValueError(f"a symbolic build takes batch 1 and a multiple of {LENGTH_TILE}, got {self}")
@@ -149,7 +139,6 @@ def _key(fields: dict) -> str:
 
 
 def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
-
     shape = asdict(spec)
     if not spec.symbolic:
         del shape["symbolic"]  # static keys as before the field existed: their cached artifacts stay valid
@@ -158,7 +147,6 @@ def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict
     if spec.precision == "full":
         del shape["precision"]  # likewise
     else:
-
         shape["reduced_kernel"] = bf16.KERNEL_VERSION
         if spec.precision == "int8":
             shape["int8_kernel"] = int8.KERNEL_VERSION
@@ -221,24 +209,20 @@ def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
     return cache_dir() / "params" / f"{spec.component}-{spec.dtype}-{key}.npz"
 
 
-def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
-
-    check_dtype(spec.dtype, target["kind"])
-    if spec.precision in ("bf16", "int8"):
-
+def require_arithmetic(arithmetic: str, target) -> None:
+    """Refuse, in one line, a reduced-precision build for a target without its instructions (bf16: AVX512_BF16;
+    int8: AVX512_VNNI as well)."""
+    if arithmetic in ("bf16", "int8"):
         require_bf16(target)
-    if spec.precision == "int8":
-
+    if arithmetic == "int8":
         require_int8(target)
-    log.info(
-        "building %s (%s, length %s%d, batch %d) for %s",
-        spec.component,
-        spec.dtype,
-        "symbolic up to " if spec.symbolic else "",
-        spec.length,
-        spec.batch,
-        target.get("mcpu", target["kind"]),
-    )
+
+
+def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
+    check_dtype(spec.dtype, target["kind"])
+    require_arithmetic(spec.precision, target)
+    log.info("building %s (%s, length %s%d, batch %d) for %s", spec.component, spec.dtype,
+             "symbolic up to " if spec.symbolic else "", spec.length, spec.batch, target.get("mcpu", target["kind"]))
     mod, exported, seconds = relax_module(model, spec)
     t2 = time.perf_counter()
     executable = compile_relax(mod, target)
@@ -255,15 +239,8 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     digest = params_digest(arrays, names)
     _write_params(params, arrays, names, digest)
     relax_lines = len(mod.script().splitlines())
-    log.info(
-        "built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines",
-        spec.component,
-        sum(seconds.values()),
-        seconds["export"],
-        seconds["import"],
-        seconds["compile"],
-        relax_lines,
-    )
+    log.info("built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines", spec.component,
+             sum(seconds.values()), seconds["export"], seconds["import"], seconds["compile"], relax_lines)
     return {
         "key": fields,
         "param_names": names,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.compiler.gpu_launches import Launch, primfunc_launches, unbound_functions
 from kokoro_tvm.compiler.pipeline import compile_lowered, lower
 from kokoro_tvm.compiler.targets import check_dtype, gpu_target
 
@@ -40,18 +41,6 @@ KERNEL_DEFINITION = {
     "metal": re.compile(r"^kernel void (\w+)\(", re.M),
     "cuda": re.compile(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\([^;{]*\)\s*\{', re.M),
 }
-
-
-@dataclass
-class Launch:
-    """One kernel launch of a PrimFunc: grid (threadgroups) and threadgroup sizes, per axis x, y, z."""
-
-    grid: list[int]
-    threadgroup: list[int]
-
-    @property
-    def threads_per_group(self) -> int:
-        return self.threadgroup[0] * self.threadgroup[1] * self.threadgroup[2]
 
 
 @dataclass
@@ -96,85 +85,6 @@ class GPUBuild:
             "problems": self.problems(),
             "seconds": self.seconds,
         }
-
-
-def _children(stmt):
-    from tvm import s_tir, tirx
-
-    if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
-    if isinstance(stmt, tirx.IfThenElse):
-        if isinstance(stmt.condition, tirx.IntImm):  # a constant condition: only the live branch is code
-            live = stmt.then_case if int(stmt.condition) else stmt.else_case
-            return [live] if live is not None else []
-        return [s for s in (stmt.then_case, stmt.else_case) if s is not None]
-    if isinstance(stmt, s_tir.SBlockRealize):
-        return [stmt.block]
-    if isinstance(stmt, s_tir.SBlock):
-        return [s for s in (stmt.init, stmt.body) if s is not None]
-    body = getattr(stmt, "body", None)
-    return [body] if isinstance(body, tirx.Stmt) else []
-
-
-def _thread_tag(stmt) -> str | None:
-    from tvm import tirx
-
-    if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.THREAD_BINDING:
-        return str(stmt.thread_binding.thread_tag)
-    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == "thread_extent":
-        return str(stmt.node.thread_tag)
-    return None
-
-
-def _extent(stmt) -> int:
-    from tvm import tirx
-
-    value = stmt.extent if isinstance(stmt, tirx.For) else stmt.value
-    try:
-        return int(value)
-    except TypeError:  # a symbolic extent (dynamic length): recorded as -1
-        return -1
-
-
-def launches_of(func) -> list[Launch]:
-    """The kernel launches of a scheduled PrimFunc: each outermost thread-bound loop starts one; the extents
-    of every thread-bound loop inside it give its grid and threadgroup sizes."""
-    launches: list[Launch] = []
-
-    def collect(stmt, sizes: dict[str, int]):
-        tag = _thread_tag(stmt)
-        if tag is not None:
-            sizes[tag] = max(sizes.get(tag, 1), _extent(stmt))
-        for child in _children(stmt):
-            collect(child, sizes)
-
-    def find(stmt):
-        if _thread_tag(stmt) is not None:
-            sizes: dict[str, int] = {}
-            collect(stmt, sizes)
-            launches.append(
-                Launch(
-                    grid=[sizes.get(f"blockIdx.{a}", 1) for a in "xyz"],
-                    threadgroup=[sizes.get(f"threadIdx.{a}", 1) for a in "xyz"],
-                )
-            )
-            return
-        for child in _children(stmt):
-            find(child)
-
-    find(func.body)
-    return launches
-
-
-def primfunc_launches(lowered) -> dict[str, list[Launch]]:
-    """PrimFunc name -> launches, for every PrimFunc of a lowered module (an empty list: not bound)."""
-    from tvm import tirx
-
-    return {gv.name_hint: launches_of(f) for gv, f in lowered.functions.items() if isinstance(f, tirx.PrimFunc)}
-
-
-def unbound_functions(launches: dict[str, list[Launch]]) -> list[str]:
-    return sorted(name for name, ls in launches.items() if not ls)
 
 
 def device_source(executable, kind: str) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 from kokoro_tvm.compiler.targets import GPU_KINDS
-from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, PRECISIONS
+from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, check_arithmetic
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +134,7 @@ def precision_passes(component: str, precision: str) -> list:
     """Rewrites that set a component's arithmetic, run before lifting (kokoro_tvm.compiler.bf16): none for "full";
     for bf16 the registry's BF16_CONVOLUTIONS of `component` (conv-transposes made plain convs first), and the
     Snake activations feeding them with a float32 sine."""
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "full" or component not in BF16_CONVOLUTIONS:
+    if check_arithmetic(precision) == "full" or component not in BF16_CONVOLUTIONS:
         return []
     from kokoro_tvm.compiler.bf16 import Bf16Convolutions, Bf16SnakeSine, selected_by_name
     from kokoro_tvm.compiler.int8 import Int8Convolutions

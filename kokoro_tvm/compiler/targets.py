@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kokoro_tvm.errors import InputError, UnsupportedError
+
 DTYPES = ("float32", "float64")
 GPU_KINDS = ("metal", "cuda")
 
@@ -66,7 +68,7 @@ def gpu_target(kind: str) -> dict:
         return dict(METAL_TARGET)
     if kind == "cuda":
         return {"kind": "cuda", "arch": _cuda_arch(), "host": host_target()}
-    raise ValueError(f"GPU target must be 'metal' or 'cuda', got {kind!r}")
+    raise InputError(f"GPU target must be 'metal' or 'cuda', got {kind!r}")
 
 
 def _cuda_arch() -> str:
@@ -85,9 +87,9 @@ def target_for(device: str) -> dict:
 def check_dtype(dtype: str, kind: str) -> None:
     """Metal has no float64: a float64 (verification) build for Metal (target or device kind) is refused."""
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+        raise InputError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if kind == "metal" and dtype == "float64":
-        raise ValueError("Metal has no float64: the float64 verification build runs on the CPU (or CUDA)")
+        raise UnsupportedError("Metal has no float64: the float64 verification build runs on the CPU (or CUDA)")
 
 
 @dataclass(frozen=True)

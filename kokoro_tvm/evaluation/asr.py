@@ -18,6 +18,7 @@ from scipy.signal import resample_poly
 
 from kokoro_tvm._packages import package_dir
 from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.errors import InputError
 
 ASR_SAMPLE_RATE = 16_000
 JUDGES = ("whisper", "pocketsphinx")
@@ -51,7 +52,7 @@ def _to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
 def transcribe(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, judge: str = DEFAULT_JUDGE) -> str:
     """Lower-case transcript of mono float audio by `judge` (see the module docstring)."""
     if judge not in JUDGES:
-        raise ValueError(f"unknown ASR judge {judge!r}; choose from {', '.join(JUDGES)}")
+        raise InputError(f"unknown ASR judge {judge!r}; choose from {', '.join(JUDGES)}")
     audio = _to_16k(audio, sample_rate)
     if judge == "whisper":
         segments, _ = _whisper().transcribe(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.evaluation import metrics
 from kokoro_tvm.evaluation.metrics import word_error_rate
-from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, TextError, prepare
+from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.reference.stages import COMPARED_STAGES, Stages
@@ -39,6 +40,15 @@ def token_bucket_for(n_tokens: int) -> int:
     return min(-(-n_tokens // TOKEN_BUCKET_STEP) * TOKEN_BUCKET_STEP, 512)
 
 
+def _whisper(text: str, audios: dict[str, np.ndarray]) -> dict:
+    """Whisper's word error rate and transcript of each audio."""
+    found = {}
+    for name, audio in audios.items():
+        wer, transcript = word_error_rate(text, audio, judge="whisper")
+        found.update({f"whisper_wer_{name}": wer, f"whisper_transcript_{name}": transcript})
+    return found
+
+
 def compare_text(
     text: str,
     voice: str = DEFAULT_VOICE,
@@ -52,42 +62,32 @@ def compare_text(
     asr: bool = False,
     language: str | None = None,
 ) -> dict:
-    """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) at `precision` (fp32,
-    fp64, or bf16: the bf16 build against pt.dynamic in float32).
-    `buckets`: 'exact' (each length compiled as it is), a bucket set, or 'dynamic' (the symbolic-length
-    builds) as for `say`; `bucket`: with 'exact', pad the aligned-frame axis to that many frames (and the
-    token axis to token_bucket_for(T)). `asr`: also Whisper's word error rate on both (the CLI's default)."""
+    """The `kokoro-tvm compare` record: TVM on `device` against unpadded pt.dynamic (CPU) in `precision`'s dtype
+    (bf16 and int8 builds: against float32). `buckets`: 'exact' (each length compiled as it is), a bucket set,
+    or 'dynamic' (the symbolic-length builds) as for `say`; `bucket`: with 'exact', pad the aligned-frame axis
+    to that many frames (and the token axis to token_bucket_for(T)). `asr`: also Whisper's word error rate on
+    both (the CLI's default)."""
     import torch
 
-    from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro, resolve_precision
+    from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro
     from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.weights.resolve import load_kmodel
 
-    dtype, arithmetic = resolve_precision(precision)
+    dtype = check_precision(precision, device).dtype  # before any text, weights or build work
     if bucket is not None and buckets != "exact":
-        raise ValueError("--bucket pads one utterance by hand; it goes with --buckets exact only")
+        raise InputError("--bucket pads one utterance by hand; it goes with --buckets exact only")
     bucket_set = None if buckets == "exact" else parse_buckets(buckets)
-    check_device(device, dtype)  # before any text, weights or build work
-    check_precision(arithmetic, device)
-    chunks = prepare(text=text, language=language or language_of(voice) or DEFAULT_LANGUAGE)  # as `say`
-    if len(chunks) != 1:
-        raise TextError(f"compare takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
-    chunk, pack = chunks[0], load_voice(voice)
+    check_device(device, dtype)
+    chunk = one_chunk(text, language or language_of(voice) or DEFAULT_LANGUAGE, "compare")  # G2P as `say`
+    pack = load_voice(voice)
     style = pack.style(len(chunk.phonemes))
     model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
     noise = SeededNoise(seed)
     reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
     token_bucket = token_bucket_for(len(chunk.padded_ids)) if bucket is not None else None
-    runtime = compiled_kokoro(model, info.fingerprint, dtype, buckets=bucket_set, device=device, precision=arithmetic)
-    compiled = runtime.run_stages(
-        chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket
-    )
-    intelligibility = {}
-    if asr:
-
-        for name, audio in (("torch", reference.audio), ("tvm", compiled.audio)):
-            wer, transcript = word_error_rate(text, audio, judge="whisper")
-            intelligibility.update({f"whisper_wer_{name}": wer, f"whisper_transcript_{name}": transcript})
+    runtime = compiled_kokoro(model, info.fingerprint, precision, buckets=bucket_set, device=device)
+    compiled = runtime.run_stages(chunk.padded_ids, style, speed, noise, token_bucket=token_bucket, frame_bucket=bucket)
+    intelligibility = _whisper(text, {"torch": reference.audio, "tvm": compiled.audio}) if asr else {}
     return {
         "text": text,
         "voice": pack.name,

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import importlib
 
+from kokoro_tvm.errors import UnsupportedError
 from kokoro_tvm.frontend.voices import LANGUAGES
 
 SPACY_MODEL = "en_core_web_sm"  # the name misaki asks spaCy for
@@ -25,7 +26,7 @@ ESPEAK_LANGUAGES = {"e": "es", "f": "fr-fr", "h": "hi", "i": "it", "p": "pt-br"}
 ENGLISH = ("a", "b")
 
 
-class G2PUnavailableError(ValueError):
+class G2PUnavailableError(UnsupportedError):
     """A language whose G2P cannot run here (unknown code, or misaki's extra for it is not installed)."""
 
 

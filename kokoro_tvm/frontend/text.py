@@ -17,6 +17,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from kokoro_tvm.config import MAX_PHONEMES, PAD_TOKEN_ID, load_vocab
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend import g2p
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ SYLLABIC_CONSONANT = re.compile("(\\S)\u0329")
 SILENT_SYMBOLS = frozenset(";:,.!?—…\"()“” \t\n'-«»")
 
 
-class TextError(ValueError):
+class TextError(InputError):
     """Input text or phonemes that cannot be spoken; the message says why."""
 
 
@@ -196,3 +197,14 @@ def prepare(
     if len(chunks) > 1:
         log.info("long input: %d phonemes split into %d chunks", len(phonemes), len(chunks))
     return chunks
+
+
+def one_chunk(text: str, language: str = DEFAULT_LANGUAGE, purpose: str = "this command") -> Chunk:
+    """The one chunk of a text that must fit one utterance (at most MAX_PHONEMES phonemes); a longer text is a
+    TextError naming `purpose` (e.g. "bench"), never cut short."""
+    chunks = prepare(text=text, language=language)
+    if len(chunks) != 1:
+        raise TextError(
+            f"{purpose} takes one utterance (at most {MAX_PHONEMES} phonemes); this text makes {len(chunks)} chunks"
+        )
+    return chunks[0]

@@ -29,6 +29,7 @@ import numpy as np
 
 from kokoro_tvm._packages import package_dir
 from kokoro_tvm.config import MAX_PHONEMES, STYLE_DIM
+from kokoro_tvm.errors import InputError, ResourceError
 from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 
 log = logging.getLogger(__name__)
@@ -59,11 +60,11 @@ LANGUAGES = {
 GENDERS = {"f": "female", "m": "male"}
 
 
-class UnknownVoiceError(ValueError):
+class UnknownVoiceError(InputError):
     """A voice name that no source has."""
 
 
-class VoicePackError(RuntimeError):
+class VoicePackError(ResourceError):
     """The official voice packs could not be fetched, or a voice file is missing or corrupt."""
 
 
@@ -134,7 +135,7 @@ def read_pack(path: Path, name: str | None = None) -> np.ndarray:
         elif path.suffix == ".npz":
             with np.load(path) as packs:
                 if name not in packs.files and len(packs.files) != 1:
-                    raise ValueError(f"it holds {len(packs.files)} packs; name one of {packs.files}")
+                    raise UnknownVoiceError(f"it holds {len(packs.files)} packs; name one of {packs.files}")
                 pack = packs[name if name in packs.files else packs.files[0]]
         else:
             import torch

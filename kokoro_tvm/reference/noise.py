@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kokoro_tvm.config import N_HARMONICS
+from kokoro_tvm.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -95,4 +96,4 @@ def noise_source(spec: str | int | NoiseSource | None) -> NoiseSource:
         return ZeroNoise()
     if isinstance(spec, str) and spec.startswith("seeded:") and spec[len("seeded:") :].lstrip("-").isdigit():
         return SeededNoise(int(spec[len("seeded:") :]))
-    raise ValueError(f"noise must be 'zero', 'seeded:N', an int seed or a NoiseSource, got {spec!r}")
+    raise InputError(f"noise must be 'zero', 'seeded:N', an int seed or a NoiseSource, got {spec!r}")

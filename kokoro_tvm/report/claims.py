@@ -18,13 +18,14 @@ import math
 import operator
 from dataclasses import asdict, dataclass
 
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.paths import REPO_ROOT
 
 OPERATORS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 NOTES_DIR = REPO_ROOT / "NOTES"
 
 
-class ClaimError(ValueError):
+class ClaimError(InputError):
     """A claim that cannot be checked: unknown comparison, missing note, or a value that is not a number."""
 
 
@@ -81,6 +82,16 @@ def claim(
     return Claim(name, value, op, threshold, note, headline)
 
 
+
+def checker(**defaults):
+    """`claim` with keyword arguments fixed for one Findings cell (e.g. `fast=FAST, note="performance.md"`); a
+    call may still give any of them."""
+
+    def check(name: str, value, op: str, threshold, **given) -> Claim:
+        return claim(name, value, op, threshold, **(defaults | given))
+
+    return check
+
 def _format(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -120,8 +131,11 @@ def conclusion(claims: list[Claim]) -> str:
         sentences = [f"All {len(held)} assessed findings hold."]
     headline = [c for c in held if c.headline]
     if headline:
-        sentences.append("Headline: " + "; ".join(f"{c.name} {_format(c.value)} ({c.op} {_format(c.threshold)})"
-                                                   for c in headline) + ".")
+        sentences.append(
+            "Headline: "
+            + "; ".join(f"{c.name} {_format(c.value)} ({c.op} {_format(c.threshold)})" for c in headline)
+            + "."
+        )
     if skipped:
         reasons = sorted({c.reason or "full run only" for c in skipped})
         sentences.append(f"{len(skipped)} of {len(claims)} could not be assessed in this run ({'; '.join(reasons)}).")

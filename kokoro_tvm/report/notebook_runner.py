@@ -13,6 +13,7 @@ import logging
 import time
 from pathlib import Path
 
+from kokoro_tvm.errors import KokoroTVMError
 from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
 from kokoro_tvm.report.index_page import write_index
 
@@ -21,8 +22,8 @@ log = logging.getLogger(__name__)
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
 
-class PipelineError(RuntimeError):
-    pass
+class PipelineError(KokoroTVMError, RuntimeError):
+    """A notebook of the pipeline failed; the message names it and its executed copy."""
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:

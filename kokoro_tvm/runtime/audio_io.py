@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 from scipy.io import wavfile
 
+from kokoro_tvm.errors import InputError
+
 log = logging.getLogger(__name__)
 
 WAV_FORMATS = ("float32", "pcm16")
@@ -28,7 +30,7 @@ def write_wav(
             log.warning("pcm16: %d samples beyond full scale were clipped (use float32 to keep them)", clipped)
         data = np.round(np.clip(audio, -1.0, 1.0) * 32767).astype(np.int16)
     else:
-        raise ValueError(f"unknown WAV format {fmt!r}; choose one of {WAV_FORMATS}")
+        raise InputError(f"unknown WAV format {fmt!r}; choose one of {WAV_FORMATS}")
     path.parent.mkdir(parents=True, exist_ok=True)
     wavfile.write(path, sample_rate, data)
     if metadata is not None:

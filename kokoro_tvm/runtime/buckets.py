@@ -25,6 +25,7 @@ from kokoro_tvm.components import (
     TOKENS,
 )
 from kokoro_tvm.config import MAX_POSITIONS, SAMPLE_RATE, SAMPLES_PER_FRAME
+from kokoro_tvm.errors import InputError
 
 # Every bucket is a multiple of ALIGN: the CPU schedules tile the contiguous axis 32 wide (the register tile for
 # float32), so ALBERT's attention (T x T) and the generator's convolutions never fall to the slow fallback.
@@ -32,7 +33,7 @@ ALIGN = 32
 OVERFLOW_FRAMES = 256  # past the largest frame bucket: round up to this (padding overhead < 256 frames)
 
 
-class BucketSpecError(ValueError):
+class BucketSpecError(InputError):
     """A --buckets value that does not describe a bucket set."""
 
 
@@ -80,7 +81,7 @@ class BucketSet:
         return f"{self.name}: tokens {list(self.tokens)}, frames {list(self.frames)}, then multiples of {self.overflow}"
 
 
-class TooLongError(ValueError):
+class TooLongError(InputError):
     """An utterance longer than the symbolic-length builds take (never truncated)."""
 
 

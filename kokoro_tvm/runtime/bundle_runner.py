@@ -153,6 +153,40 @@ def _load_device_runtime(device: str) -> None:
         raise BundleError(f"cannot load TVM's {device} runtime from {runtime_dir}: {exc}") from exc
 
 
+def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup: int, tolerance: float):
+    """One recorded call on the device: `warmup` untimed calls, `runs` timed ones, the outputs against the CPU
+    build's; returns (its results row, the outputs)."""
+    with np.load(folder / case["inputs"]) as npz:
+        inputs = [npz[f"input{i}"] for i in range(case["n_inputs"])]
+        expected = [npz[f"expected{i}"] for i in range(case["n_outputs"])]
+    tensors = component.upload(inputs, case.get("tiles"))
+    for _ in range(warmup):
+        component.call(tensors)
+    seconds = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        out = component.call(tensors)
+        seconds.append(time.perf_counter() - start)
+    outputs = _as_numpy(out)
+    errors = [{"shape": list(e.shape), "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))),
+               "rel_l2": _rel_l2(a, e)} for a, e in zip(outputs, expected, strict=True)]  # fmt: skip
+    row = {
+        "case": case["name"],
+        "utterance": case["utterance"],
+        "component": case["component"],
+        "library": case["library"],
+        "length": case["length"],
+        "errors": errors,
+        "worst_rel_l2": max(e["rel_l2"] for e in errors),
+        "within_tolerance": all(e["rel_l2"] <= tolerance for e in errors),
+        "seconds_median": statistics.median(seconds),
+        "seconds_min": min(seconds),
+        "seconds_max": max(seconds),
+        "runs": runs,
+    }
+    return row, outputs
+
+
 def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None) -> dict:
     """Run every case of the bundle at `folder` on `device`; returns (and, with `out_dir`, writes) the results."""
     _use_every_cpu()
@@ -177,45 +211,9 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
             start = time.perf_counter()
             loaded[key] = _Component(folder, bundle["libraries"][key], dev)
             log.info("%s loaded on %s in %.1f s", key, device, time.perf_counter() - start)
-        component = loaded[key]
-        with np.load(folder / case["inputs"]) as npz:
-            inputs = [npz[f"input{i}"] for i in range(case["n_inputs"])]
-            expected = [npz[f"expected{i}"] for i in range(case["n_outputs"])]
-        tensors = component.upload(inputs, case.get("tiles"))
-        for _ in range(warmup):
-            component.call(tensors)
-        seconds = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            out = component.call(tensors)
-            seconds.append(time.perf_counter() - start)
-        outputs = _as_numpy(out)
-        errors = [
-            {
-                "shape": list(e.shape),
-                "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))),
-                "rel_l2": _rel_l2(a, e),
-            }
-            for a, e in zip(outputs, expected, strict=True)
-        ]
-        row = {
-            "case": case["name"],
-            "utterance": case["utterance"],
-            "component": case["component"],
-            "library": key,
-            "length": case["length"],
-            "errors": errors,
-            "worst_rel_l2": max(e["rel_l2"] for e in errors),
-            "within_tolerance": all(e["rel_l2"] <= tolerance for e in errors),
-            "seconds_median": statistics.median(seconds),
-            "seconds_min": min(seconds),
-            "seconds_max": max(seconds),
-            "runs": runs,
-        }
+        row, outputs = _run_case(folder, case, loaded[key], runs, warmup, tolerance)
         rows.append(row)
-        log.info(
-            "%s: worst rel L2 %.2e, %.2f ms median", case["name"], row["worst_rel_l2"], 1e3 * row["seconds_median"]
-        )
+        log.info("%s: worst rel L2 %.2e, %.2f ms median", row["case"], row["worst_rel_l2"], 1e3 * row["seconds_median"])
         if out_dir is not None:
             np.savez(out_dir / "outputs" / f"{case['name']}.npz", **{f"output{i}": a for i, a in enumerate(outputs)})
     results = {

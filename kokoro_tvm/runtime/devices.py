@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from kokoro_tvm.errors import UnsupportedError
+
 DEVICES = ("cpu", "metal", "cuda")
 _WHERE = {
     "metal": "Metal runs need macOS on an Apple GPU; here, `kokoro-tvm gpu-build --target metal` generates and "
@@ -14,7 +16,7 @@ _WHERE = {
 }
 
 
-class DeviceUnavailableError(ValueError):
+class DeviceUnavailableError(UnsupportedError):
     """The requested device does not exist on this machine."""
 
 

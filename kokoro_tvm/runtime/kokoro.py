@@ -18,6 +18,7 @@ import numpy as np
 
 from kokoro_tvm.artifacts import Artifact
 from kokoro_tvm.config import SAMPLES_PER_FRAME, STYLE_DIM
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.reference.noise import NoiseSource, ZeroNoise
 from kokoro_tvm.reference.stages import Stages, alignment_from_durations, durations_from_logits
 from kokoro_tvm.runtime.buckets import BucketSet, DynamicLengths
@@ -27,6 +28,7 @@ from kokoro_tvm.runtime.vm import ComponentRunner
 log = logging.getLogger(__name__)
 
 ArtifactProvider = Callable[[str, int | None], Artifact]  # length None: the symbolic-length build
+
 
 class TVMKokoro:
     """The compiled model for one dtype on one device ("cpu", or "metal"/"cuda" with artifacts built for it);
@@ -112,38 +114,19 @@ class TVMKokoro:
         sine = noise.sine_noise(n_frames * SAMPLES_PER_FRAME, batch=1, stream=stream)
         additive = np.zeros((1, f_bucket * SAMPLES_PER_FRAME, sine.additive.shape[2]), dtype=self.dtype)
         additive[:, : sine.n_samples] = sine.additive
-        (audio,) = self.run_component(
-            "decoder",
-            f_bucket,
-            _pad_last(asr, f_bucket),
-            F0,
-            N,
-            decoder_style,
-            sine.initial_phase.astype(self.dtype),
-            additive,
-            frame_lengths,
-        )
+        phase = sine.initial_phase.astype(self.dtype)
+        (audio,) = self.run_component("decoder", f_bucket, _pad_last(asr, f_bucket), F0, N, decoder_style, phase,
+                                      additive, frame_lengths)  # fmt: skip
         return Stages(
-            token_ids=ids[0],
-            style=style,
-            d_en=d_en[:, :, :n_tokens],
-            d=d,
-            duration_logits=duration_logits,
-            durations=durations,
-            alignment=alignment,
-            en=en,
-            F0=F0[:, : 2 * n_frames],
-            N=N[:, : 2 * n_frames],
-            t_en=t_en,
-            asr=asr,
-            audio=audio.reshape(-1)[: n_frames * SAMPLES_PER_FRAME],
-            noise=noise.description,
+            token_ids=ids[0], style=style, d_en=d_en[:, :, :n_tokens], d=d, duration_logits=duration_logits,
+            durations=durations, alignment=alignment, en=en, F0=F0[:, : 2 * n_frames], N=N[:, : 2 * n_frames],
+            t_en=t_en, asr=asr, audio=audio.reshape(-1)[: n_frames * SAMPLES_PER_FRAME], noise=noise.description,
             buckets=(t_bucket, f_bucket),
-        )
+        )  # fmt: skip
 
 
-class BucketTooSmallError(ValueError):
-    pass
+class BucketTooSmallError(InputError):
+    """A bucket given by hand that is shorter than the utterance (never truncated)."""
 
 
 def _bucket(bucket: int | None, length: int, axis: str) -> int:

@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.evaluation.metrics import audio_metrics, word_error_rate
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import load_voice
@@ -91,7 +92,7 @@ class Speakers:
         elif backend == "ort_int8":
             audio = self.ort.speak(chunk.padded_ids, style)
         else:
-            raise ValueError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
+            raise InputError(f"unknown backend {backend!r}; available: {', '.join(BACKENDS)}")
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
 

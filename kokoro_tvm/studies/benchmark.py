@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 
 from kokoro_tvm.compiler.symbolic import tile_count
+from kokoro_tvm.components import get_precision
 from kokoro_tvm.runtime.profile import kernel_seconds, kernel_split
 from kokoro_tvm.runtime.vm import ComponentRunner
 from kokoro_tvm.tools.bench import median_interleaved, set_threads
@@ -54,6 +55,19 @@ def _int8_conv_module(channels: int, taps: int, dilation: int, steps: int):
     return bb.get()
 
 
+def _fp32_conv_module(x_shape, w_shape, padding: int, dilation: int):
+    """A Relax module of one float32 conv1d."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    xv, wv = relax.Var("x", relax.TensorType(x_shape, "float32")), relax.Var("w", relax.TensorType(w_shape, "float32"))
+    with bb.function("main", [xv, wv]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.conv1d(xv, wv, padding=padding, dilation=dilation))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def conv_peak(
     threads: int = 2, steps: int = 48_000, runs: int = 5, channels: int = 128, taps: int = 7, dilation: int = 3
 ) -> dict:
@@ -64,7 +78,6 @@ def conv_peak(
     operands): the practical compute limit for the decoder, `tvm_bf16_vs_torch_bf16` and
     `tvm_int8_vs_torch_int8`, our kernels' shares of the library rates."""
     import torch
-    from tvm import relax
 
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_supports_bf16
@@ -75,14 +88,8 @@ def conv_peak(
     x = rng.standard_normal((1, channels, steps)).astype(np.float32)
     w = (rng.standard_normal((channels, channels, taps)) * 0.05).astype(np.float32)
     padding = dilation * (taps - 1) // 2
-    bb = relax.BlockBuilder()
-    xv, wv = relax.Var("x", relax.TensorType(x.shape, "float32")), relax.Var("w", relax.TensorType(w.shape, "float32"))
-    with bb.function("main", [xv, wv]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.conv1d(xv, wv, padding=padding, dilation=dilation))
-        bb.emit_func_output(out)
-    bf16 = host_supports_bf16()
-    modules = {"tvm": bb.get(), **({"tvm_bf16": Bf16Convolutions()(bb.get())} if bf16 else {})}
+    conv, bf16 = _fp32_conv_module(x.shape, w.shape, padding, dilation), host_supports_bf16()
+    modules = {"tvm": conv, **({"tvm_bf16": Bf16Convolutions()(conv)} if bf16 else {})}
     px, pw = torch.from_numpy(x), torch.from_numpy(w)
     backends = {"torch": lambda: torch.nn.functional.conv1d(px, pw, padding=padding, dilation=dilation)}
     if bf16:
@@ -125,7 +132,6 @@ def kernel_time_split(model, weights_fingerprint: str, component: str, length: i
     inputs. Artifacts come from the build cache (built there if missing)."""
     import torch
 
-    from kokoro_tvm.compiled import resolve_precision
     from kokoro_tvm.compiler.build import BuildSpec, build
     from kokoro_tvm.compiler.export import ComponentShape, example_inputs
 
@@ -133,7 +139,7 @@ def kernel_time_split(model, weights_fingerprint: str, component: str, length: i
     inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length), torch.float32)]
     record = {"component": component, "length": length, "runs": runs, "threads": threads}
     for name in precisions:
-        spec = BuildSpec.dynamic(component, "float32", resolve_precision(name)[1])
+        spec = BuildSpec.dynamic(component, "float32", get_precision(name).arithmetic)
         runner = ComponentRunner(build(model, weights_fingerprint, spec))
         times = kernel_seconds(runner, runner.device_inputs(*inputs) + [runner.shape(tile_count(length))], runs)
         record[name] = {"total_s": sum(times.values()), **{f"{k}_s": v for k, v in kernel_split(times).items()}}

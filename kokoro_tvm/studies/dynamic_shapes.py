@@ -22,6 +22,7 @@ from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
 from kokoro_tvm.compiler.symbolic import LENGTH_TILE, default_shape, tile_count
 from kokoro_tvm.components import NAMES, TOKENS, component
 from kokoro_tvm.config import MAX_PHONEMES
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
@@ -49,6 +50,27 @@ def _dynamic_shapes(name: str) -> tuple:
     )
 
 
+def _params(exported) -> list[np.ndarray]:
+    named = dict(exported.named_parameters())
+    return [named[p].detach().numpy() for p in exported.graph_signature.parameters]
+
+
+def _timed(runner, tensors) -> float:
+    """Median of 3 calls after one warm-up."""
+    runner.run_on_device(*tensors)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        runner.run_on_device(*tensors)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _outputs(out) -> list[np.ndarray]:
+    """A VM call's result (one tensor or a tuple of them) as numpy arrays."""
+    return [out.numpy()] if hasattr(out, "numpy") else [out[i].numpy() for i in range(len(out))]
+
+
 def dynamic_build(
     model, component: str, lengths: tuple[int, ...] = (64, 160), weights_fingerprint: str | None = None
 ) -> dict:
@@ -58,27 +80,12 @@ def dynamic_build(
     largest difference from PyTorch and its run seconds (median of 3 after one warm-up), beside the static
     artifact of that length from the build cache (built there if missing) when `weights_fingerprint` names
     the model's weights: its relative L2 error and run seconds."""
-
-
     if any(n % LENGTH_TILE for n in lengths):
-        raise ValueError(f"lengths must be multiples of {LENGTH_TILE}, got {lengths}")
+        raise InputError(f"lengths must be multiples of {LENGTH_TILE}, got {lengths}")
     dtype = next(model.parameters()).dtype
     module = component_module(model, component)
     report: dict = {"component": component, "dtype": str(dtype).removeprefix("torch."), "lengths": list(lengths)}
     state: dict = {}
-
-    def params(exported):
-        named = dict(exported.named_parameters())
-        return [named[p].detach().numpy() for p in exported.graph_signature.parameters]
-
-    def timed(runner, tensors) -> float:
-        runner.run_on_device(*tensors)
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            runner.run_on_device(*tensors)
-            times.append(time.perf_counter() - start)
-        return float(np.median(times))
 
     def export_and_import():
         state["mod"], state["ep"], seconds = symbolic_relax_module(model, default_shape(component))
@@ -86,7 +93,7 @@ def dynamic_build(
 
     def compile_():
         start = time.perf_counter()
-        state["runner"] = compile_and_load(state["mod"], params=params(state["ep"]), transform_params=TRANSFORM_PARAMS)
+        state["runner"] = compile_and_load(state["mod"], params=_params(state["ep"]), transform_params=TRANSFORM_PARAMS)
         report["compile_s"] = time.perf_counter() - start
 
     def run():
@@ -96,24 +103,18 @@ def dynamic_build(
             xs = example_inputs(ComponentShape(component, n), dtype)
             with torch.no_grad(), export_patches(model), default_dtype(dtype):
                 expected = module(*xs)
-            expected = expected if isinstance(expected, tuple) else (expected,)
+            expected = [e.numpy() for e in (expected if isinstance(expected, tuple) else (expected,))]
             tensors = runner.device_inputs(*(x.numpy() for x in xs)) + [runner.shape(tile_count(n))]
-            out = runner.run_on_device(*tensors)
-            got = (out,) if hasattr(out, "numpy") else tuple(out[i] for i in range(len(out)))
-            pairs = [(g.numpy(), e.numpy()) for g, e in zip(got, expected, strict=True)]
+            pairs = list(zip(_outputs(runner.run_on_device(*tensors)), expected, strict=True))
             report["rel_l2"][n] = max(float(np.linalg.norm(g - e) / np.linalg.norm(e)) for g, e in pairs)
             report["max_abs_diff"][n] = max(float(np.abs(g - e).max()) for g, e in pairs)
-            report["run_s"][n] = timed(runner, tensors)
+            report["run_s"][n] = _timed(runner, tensors)
             if weights_fingerprint is not None:
                 fixed = ComponentRunner(build(model, weights_fingerprint, BuildSpec(component, n, report["dtype"])))
                 static_tensors = fixed.device_inputs(*(x.numpy() for x in xs))
-                out = fixed.run_on_device(*static_tensors)
-                got = (out,) if hasattr(out, "numpy") else tuple(out[i] for i in range(len(out)))
-                report["static_rel_l2"][n] = max(
-                    float(np.linalg.norm(g.numpy() - e.numpy()) / np.linalg.norm(e.numpy()))
-                    for g, e in zip(got, expected, strict=True)
-                )
-                report["static_run_s"][n] = timed(fixed, static_tensors)
+                pairs = zip(_outputs(fixed.run_on_device(*static_tensors)), expected, strict=True)
+                report["static_rel_l2"][n] = max(float(np.linalg.norm(g - e) / np.linalg.norm(e)) for g, e in pairs)
+                report["static_run_s"][n] = _timed(fixed, static_tensors)
 
     stage, error = _attempt([("export", export_and_import), ("compile", compile_), ("run", run)])
     report.update(stage=stage, error=error, works=error is None)
@@ -148,7 +149,7 @@ def policy_latency(
 
 
     runtimes = {
-        p: compiled_kokoro(model, weights_fingerprint, "float32", buckets=None if p == "exact" else parse_buckets(p))
+        p: compiled_kokoro(model, weights_fingerprint, buckets=None if p == "exact" else parse_buckets(p))
         for p in policies
     }
     pack = load_voice(voice)
@@ -185,7 +186,7 @@ def kernel_profile(model, weights_fingerprint: str, component: str, length: int,
     artifacts come from the build cache (built there if missing)."""
 
     if length % LENGTH_TILE:
-        raise ValueError(f"the length must be a multiple of {LENGTH_TILE}, got {length}")
+        raise InputError(f"the length must be a multiple of {LENGTH_TILE}, got {length}")
     dtype = next(model.parameters()).dtype
     name = str(dtype).removeprefix("torch.")
     static = ComponentRunner(build(model, weights_fingerprint, BuildSpec(component, length, name)))

@@ -29,11 +29,14 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
+from kokoro_tvm.components import TIMED_PRECISIONS, precision_list
 from kokoro_tvm.config import SAMPLE_RATE
-from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, TextError, prepare
+from kokoro_tvm.errors import InputError
+from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import ZeroNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
@@ -47,7 +50,6 @@ DEFAULT_TEXT = (
 )
 
 
-BENCH_PRECISIONS = ("fp32", "bf16", "int8")  # --precision values bench times (fp64 is for parity, not speed)
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -112,6 +114,41 @@ class _Recorder:
         del self.compiled.run_component  # the class's method again
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What one bench run times, checked before any work: peers, TVM variants ((policy, precision); the first
+    is `tvm`, the others `tvm[...]` by how they differ from it) and each policy's bucket set."""
+
+    peers: tuple[str, ...]
+    variants: tuple[tuple[str, str], ...]
+    bucket_sets: dict
+
+    @classmethod
+    def check(cls, peers, buckets: str, precisions: str, runs: int, warmup: int, threads: int) -> _Plan:
+        from kokoro_tvm.compiled import check_precision
+        from kokoro_tvm.tools.peers import PEERS
+
+        if runs < 1 or warmup < 0 or threads < 1:
+            raise InputError("runs and threads must be >= 1 and warmup >= 0")
+        peers = PEERS if peers is None else tuple(peers)
+        if "torch_compile" in peers and warmup < 1:
+            raise InputError("torch_compile compiles on its first call: give it at least one warm-up round")
+        policies = [p.strip() for p in buckets.split(",") if p.strip()]
+        if not policies or len(set(policies)) != len(policies):
+            raise InputError(f"--buckets takes one or more distinct policies, comma-separated; got {buckets!r}")
+        chosen = [p.name for p in precision_list(precisions, TIMED_PRECISIONS)]
+        bucket_sets = {p: None if p == "exact" else parse_buckets(p) for p in policies}  # bad specs fail first
+        for name in chosen:
+            check_precision(name)  # a CPU without bf16: one line, before any work
+        return cls(peers, tuple((p, a) for a in chosen for p in policies), bucket_sets)
+
+    def name(self, variant: tuple[str, str]) -> str:
+        if variant == self.variants[0]:
+            return "tvm"
+        parts = [part for part, usual in zip(variant, self.variants[0], strict=True) if part != usual]
+        return f"tvm[{','.join(parts)}]"
+
+
 def bench(
     text: str = DEFAULT_TEXT,
     voice: str | None = None,
@@ -125,122 +162,89 @@ def bench(
     precisions: str = "fp32",
     language: str | None = None,
 ) -> dict:
+    """TVM's variants and the peers on one utterance, in one process, interleaved round by round (module
+    docstring); one record with medians, spreads, RTFs, setup costs and, with `components`, per component."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
-    from kokoro_tvm.compiled import check_precision, compiled_kokoro, resolve_precision
-    from kokoro_tvm.tools.peers import PEERS, TorchEager, make_peer
+    from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.tools.peers import make_peer
     from kokoro_tvm.weights.resolve import load_kmodel
 
-    if runs < 1 or warmup < 0 or threads < 1:
-        raise ValueError("runs and threads must be >= 1 and warmup >= 0")
-    peers = PEERS if peers is None else tuple(peers)
-    if "torch_compile" in peers and warmup < 1:
-        raise ValueError("torch_compile compiles on its first call: give it at least one warm-up round")
-    policies = [p.strip() for p in buckets.split(",") if p.strip()]
-    if not policies or len(set(policies)) != len(policies):
-        raise ValueError(f"--buckets takes one or more distinct policies, comma-separated; got {buckets!r}")
-    arithmetics = [p.strip() for p in precisions.split(",") if p.strip()]
-    if not arithmetics or len(set(arithmetics)) != len(arithmetics) or not set(arithmetics) <= set(BENCH_PRECISIONS):
-        raise ValueError(f"--precision takes {', '.join(BENCH_PRECISIONS)}, comma-separated; got {precisions!r}")
-    bucket_sets = {p: None if p == "exact" else parse_buckets(p) for p in policies}  # bad specs fail first
-    for name in arithmetics:
-        check_precision(resolve_precision(name)[1])  # a CPU without bf16: one line, before any work
-    variants = [(p, a) for a in arithmetics for p in policies]  # the first is `tvm`
-    chunks = prepare(text=text, language=language or language_of(voice or DEFAULT_VOICE) or DEFAULT_LANGUAGE)
-    if len(chunks) != 1:
-        raise TextError(f"bench takes one utterance (at most 510 phonemes); this text makes {len(chunks)} chunks")
-    chunk, pack = chunks[0], load_voice(voice or DEFAULT_VOICE)
+    plan = _Plan.check(peers, buckets, precisions, runs, warmup, threads)
+    chunk = one_chunk(text, language or language_of(voice or DEFAULT_VOICE) or DEFAULT_LANGUAGE, "bench")
+    pack = load_voice(voice or DEFAULT_VOICE)
     style = pack.style(len(chunk.phonemes))
     set_threads(threads)
     model, info = load_kmodel(weights, dtype=torch.float32)
-    eager = TorchEager(model)  # the utterance's length and FLOPs, whichever peers are timed
-    audio_s = eager.speak(chunk.padded_ids, style).numel() / SAMPLE_RATE
-    with FlopCounterMode(display=False) as counter:
-        eager.speak(chunk.padded_ids, style)
-    gflop = counter.get_total_flops() / 1e9
-
     setup = {}
-    for name in peers:  # export / session creation outside the timed region; compile happens in the warm-up
+    for name in plan.peers:  # export / session creation outside the timed region; compile happens in the warm-up
         start = time.perf_counter()
         setup[name] = make_peer(name, model, info.fingerprint, threads)
         setup[name].setup_s = time.perf_counter() - start
-
-    compiled = {
-        (p, a): compiled_kokoro(
-            model, info.fingerprint, "float32", buckets=bucket_sets[p], precision=resolve_precision(a)[1]
-        )
-        for p, a in variants
-    }
+    compiled = {v: compiled_kokoro(model, info.fingerprint, v[1], buckets=plan.bucket_sets[v[0]])
+                for v in plan.variants}  # fmt: skip
     first = {}
-    for index, (variant, runtime) in enumerate(compiled.items()):  # builds (or loads) outside the timed region
-        if index == 0:
-            with _Recorder(runtime) as recorder:
-                first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
-        else:
+    with _Recorder(compiled[plan.variants[0]]) as recorder:  # builds (or loads) outside the timed region
+        for variant, runtime in compiled.items():
             first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+    speakers = {name: (lambda p=peer: p.speak(chunk.padded_ids, style, 1.0)) for name, peer in setup.items()}
+    for variant, runtime in compiled.items():
+        speakers[plan.name(variant)] = lambda r=runtime: r.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
+    samples = interleaved(speakers, runs, warmup)
+    record = {"text": text, "voice": pack.name, "threads": threads, "runs": runs}
+    record["weights_fingerprint"] = info.fingerprint
+    record.update(_timings(plan, samples, setup, first, _utterance_size(model, chunk, style), len(chunk.padded_ids)))
+    if components:
+        record["per_component"] = _per_component(model, compiled[plan.variants[0]], recorder.inputs, runs, warmup)
+    return record
 
-    def tvm_runner(runtime):
-        return lambda: runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
 
-    def variant_name(index, policy, arithmetic):
-        parts = [part for part, usual in ((policy, policies[0]), (arithmetic, "fp32")) if part != usual]
-        return "tvm" if index == 0 else f"tvm[{','.join(parts) or policy}]"
+def _utterance_size(model, chunk, style) -> tuple[float, float]:
+    """The utterance's seconds of audio and GFLOPs, from PyTorch eager."""
+    from torch.utils.flop_counter import FlopCounterMode
 
-    names = {v: variant_name(i, *v) for i, v in enumerate(variants)}
-    samples = interleaved(
-        {
-            **{name: (lambda p=peer: p.speak(chunk.padded_ids, style, 1.0)) for name, peer in setup.items()},
-            **{names[v]: tvm_runner(runtime) for v, runtime in compiled.items()},
-        },
-        runs,
-        warmup,
-    )
+    from kokoro_tvm.tools.peers import TorchEager
+
+    eager = TorchEager(model)
+    audio_s = eager.speak(chunk.padded_ids, style).numel() / SAMPLE_RATE
+    with FlopCounterMode(display=False) as counter:
+        eager.speak(chunk.padded_ids, style)
+    return audio_s, counter.get_total_flops() / 1e9
+
+
+def _timings(plan: _Plan, samples: dict, setup: dict, first: dict, size: tuple[float, float], tokens: int) -> dict:
+    """The record's timing fields: medians, spreads, RTFs and ratios of every peer and TVM variant."""
+    (audio_s, gflop), lead = size, first[plan.variants[0]]
     totals = {name: statistics.median(values) for name, values in samples.items()}
-    lead = first[variants[0]]
+    spread = {name: [min(values), max(values)] for name, values in samples.items()}
+    peers = {name: {"s": totals[name], "spread_s": spread[name], "setup_s": getattr(peer, "compile_s", None)
+                    or peer.setup_s} for name, peer in setup.items()}  # fmt: skip
+    policies = {
+        plan.name(v): {
+            "buckets": _describe(plan.bucket_sets[v[0]]), "precision": v[1], "s": totals[plan.name(v)],
+            "spread_s": spread[plan.name(v)], "shapes": {"tokens": first[v].buckets[0], "frames": first[v].buckets[1]},
+            "padded_frames": first[v].buckets[1] / lead.n_frames - 1, "vs_first": totals[plan.name(v)] / totals["tvm"],
+        }
+        for v in plan.variants
+    }  # fmt: skip
     record = {
-        "text": text,
-        "voice": pack.name,
         "utterance_s": round(audio_s, 3),
-        "threads": threads,
-        "runs": runs,
         "tvm_s": totals["tvm"],
-        "peers": {
-            name: {
-                "s": totals[name],
-                "spread_s": [min(samples[name]), max(samples[name])],
-                "setup_s": getattr(peer, "compile_s", None) or peer.setup_s,
-            }
-            for name, peer in setup.items()
-        },
+        "peers": peers,
         "tvm_vs": {name: totals[name] / totals["tvm"] for name in setup},
         "rtf": {name: value / audio_s for name, value in totals.items()},
-        "spread_s": {name: [min(values), max(values)] for name, values in samples.items()},
+        "spread_s": spread,
         "gflop_per_audio_s": gflop / audio_s,
         "tvm_gflops": gflop / totals["tvm"],
-        "weights_fingerprint": info.fingerprint,
-        "tvm_buckets": _describe(bucket_sets[policies[0]]),
-        "tvm_precision": arithmetics[0],
-        "lengths": {"tokens": len(chunk.padded_ids), "frames": lead.n_frames},
+        "tvm_buckets": _describe(plan.bucket_sets[plan.variants[0][0]]),
+        "tvm_precision": plan.variants[0][1],
+        "lengths": {"tokens": tokens, "frames": lead.n_frames},
         "tvm_shapes": {"tokens": lead.buckets[0], "frames": lead.buckets[1]},
-        "tvm_policies": {
-            names[v]: {
-                "buckets": _describe(bucket_sets[v[0]]),
-                "precision": v[1],
-                "s": totals[names[v]],
-                "spread_s": [min(samples[names[v]]), max(samples[names[v]])],
-                "shapes": {"tokens": first[v].buckets[0], "frames": first[v].buckets[1]},
-                "padded_frames": first[v].buckets[1] / lead.n_frames - 1,
-                "vs_first": totals[names[v]] / totals["tvm"],
-            }
-            for v in variants
-        },
+        "tvm_policies": policies,
     }
     for name, key, ratio in (("torch", "torch_s", "tvm_vs_torch"), ("ort_int8", "ort_int8_s", "tvm_vs_ort")):
         if name in setup:
             record[key], record[ratio] = totals[name], record["tvm_vs"][name]
-    if components:
-        record["per_component"] = _per_component(model, compiled[variants[0]], recorder.inputs, runs, warmup)
     return record
 
 

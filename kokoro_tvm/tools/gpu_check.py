@@ -1,262 +1,52 @@
 """Device checks: the compiled components for a GPU (or this CPU) run on the exact inputs the CPU build gave
 each of them, compared with the CPU build's outputs and scored against PyTorch.
 
-- `make_bundle`: speak a few utterances with the CPU fp32 build (the runtime's default symbolic-length builds),
-  recording every component call (its padded inputs, tile count and outputs); build the same components for
-  the device, and write a self-contained folder: the device libraries, their parameters (lossless codebook
-  compression), the recorded calls, pt.dynamic's audio, and the standalone runner
-  (kokoro_tvm/runtime/bundle_runner.py, copied as run_bundle.py). With `runtime_kit=True` it also carries TVM's
-  runtime (the Python packages without the compiler library), for a machine without apache-tvm.
+- a bundle (kokoro_tvm.tools.gpu_bundle.make_bundle) carries the device libraries, the recorded calls and the
+  standalone runner to the device's machine;
 - the runner (on the device's machine) writes results.json and every output;
 - `score`: back here, durations from the device's duration logits against the CPU build's, and the device's
   audio against pt.dynamic (PESQ-WB, STOI) and against the CPU build (relative L2);
 - `gpu_check`: all three in one process, on a machine with the device and this project installed
-  (`kokoro-tvm gpu-check --target cuda|metal|cpu`); `--target cpu` is the check of the check, run by the tests.
+  (`kokoro-tvm gpu-check --target cuda|metal|cpu`); `--target cpu` is the check of the check, run by the tests;
+- `recorded_runs`, `symbolic_build_status`: what notebook 06 reports.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import shutil
-import sys
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from kokoro_tvm.compiler.targets import host_target, target_for
+from kokoro_tvm.compiler.targets import target_for
 from kokoro_tvm.components import NAMES
 from kokoro_tvm.config import SAMPLE_RATE, SAMPLES_PER_FRAME
-from kokoro_tvm.frontend.corpus import load_sentences
-from kokoro_tvm.frontend.text import prepare
-from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.errors import ResourceError
 from kokoro_tvm.paths import outputs_dir
-from kokoro_tvm.reference.noise import noise_source
 from kokoro_tvm.reference.stages import durations_from_logits
 from kokoro_tvm.runtime import bundle_runner
-from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.runtime.devices import require_device
-from kokoro_tvm.runtime.kokoro import TVMKokoro
+from kokoro_tvm.tools.gpu_bundle import check_device, make_bundle
 
 log = logging.getLogger(__name__)
 
-DEVICES = ("cpu", "cuda", "metal")
-# Another device's fp32 kernels sum in other orders (and Metal's fast math rounds differently): 1e-4 relative
-# L2 per stage is the fp32 bar of the CPU build against PyTorch (NOTES/audio_comparison.md) with room for that.
-TOLERANCE_REL_L2 = 1e-4
-TRANSFER_LIMIT_BYTES = 64 * 2**20  # what travels with one command to a lent GPU machine
+COMPONENT_FIELDS = ("case", "length", "worst_rel_l2", "within_tolerance", "seconds_median", "seconds_min",
+                    "seconds_max")  # fmt: skip
 RESULTS_DIR = "gpu_check"  # under outputs/: one JSON per run (notebook 06 shows them)
 
 
-@dataclass(frozen=True)
-class Utterance:
-    name: str
-    text: str
-    speed: float = 1.0
-
-
-def default_utterances(quick: bool = False) -> list[Utterance]:
-    """A short one; the corpus's longest sentence; the same at half speed (a long symbolic frame length)."""
-
-    short = Utterance("short", "Hello world.")
-    if quick:
-        return [short]
-    longest = max(load_sentences(), key=len)
-    return [short, Utterance("long", longest), Utterance("slow", longest, 0.5)]
-
-
-class _RecordingKokoro(TVMKokoro):
-    """A TVMKokoro that keeps every component call: (component, padded length, inputs, tile count, outputs)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.calls: list[tuple] = []
-
-    def run_component(self, component: str, length: int, *inputs: np.ndarray):
-        outputs = super().run_component(component, length, *inputs)
-        tile = self.runner(component, length).artifact.length_tile
-        tiles = None if tile is None else length // tile
-        self.calls.append((component, length, [np.array(x) for x in inputs], tiles, [np.array(o) for o in outputs]))
-        return outputs
-
-
-def pack_params(arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """The runner's parameter format (bundle_runner.load_params): a tensor with at most 256 distinct values as
-    codebook + uint8 indices (lossless: the embedded weights were int8), others as they are."""
-    packed = {}
-    for i, array in enumerate(arrays):
-        values, index = np.unique(array, return_inverse=True)
-        if values.size <= 256 and array.size > 256:
-            packed[f"{i}.codebook"] = values
-            packed[f"{i}.index"] = index.reshape(array.shape).astype(np.uint8)
-        else:
-            packed[str(i)] = array
-    return packed
-
-
-def check_device(device: str) -> None:
-    """One clear line for a device no bundle can be made for here."""
-    if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; choose from {', '.join(DEVICES)}")
-    if device == "metal" and sys.platform != "darwin":
-        raise ValueError("a Metal bundle is built on macOS (its library needs Xcode's metal compiler); here, "
-                         "`kokoro-tvm gpu-build --target metal` generates and checks the Metal sources")  # fmt: skip
-
-
-def runtime_kit(dest: Path) -> int:
-    """TVM's runtime as Python packages (tvm without its compiler library, sources or headers; tvm_ffi) under
-    `dest`; returns its size in bytes. Used with TVM_USE_RUNTIME_LIB=1 and PYTHONPATH=dest, on the same Python
-    minor version and platform as this machine."""
-    import tvm
-    import tvm_ffi
-
-    skip = shutil.ignore_patterns("3rdparty", "src", "include", "web", "__pycache__", "libtvm_compiler.so")
-    for package in (tvm, tvm_ffi):
-        source = Path(package.__file__).parent
-        shutil.copytree(source, Path(dest) / source.name, ignore=skip, dirs_exist_ok=True)
-    return sum(p.stat().st_size for p in Path(dest).rglob("*") if p.is_file())
-
-
-def make_bundle(
-    model,
-    weights_fingerprint: str,
-    device: str,
-    folder,
-    utterances: list[Utterance] | None = None,
-    voice: str | None = None,
-    noise: str = "seeded:0",
-    with_runtime: bool = False,
-) -> dict:
-    """Write a check bundle for `device` into `folder` (see the module docstring); returns bundle.json's content
-    with the bundle's size. `model` is the fp32 KModel of `weights_fingerprint`."""
-    from kokoro_tvm.compiler.build import OnDemandBuilder
-    from kokoro_tvm.reference.pt_dynamic import run_stages
-
-    check_device(device)
-    folder = Path(folder)
-    if (folder / "bundle.json").exists():
-        shutil.rmtree(folder)  # a bundle is rewritten whole, never mixed with an older one
-    for sub in ("libs", "params", "cases", "audio"):
-        (folder / sub).mkdir(parents=True, exist_ok=True)
-    utterances = utterances or default_utterances()
-    pack, noise_src = load_voice(voice or DEFAULT_VOICE), noise_source(noise)
-    recorder = _RecordingKokoro(OnDemandBuilder(model, weights_fingerprint, "float32", host_target()),
-                                "float32", DynamicLengths())  # fmt: skip
-    cases, spoken = [], []
-    for utterance in utterances:
-        chunks = prepare(text=utterance.text)
-        if len(chunks) != 1:
-            raise ValueError(f"utterance {utterance.name!r} is {len(chunks)} chunks; a check utterance is one chunk")
-        chunk, style = chunks[0], pack.style(len(chunks[0].phonemes))
-        first = len(recorder.calls)
-        stages = recorder.run_stages(chunk.padded_ids, style, speed=utterance.speed, noise=noise_src, stream=0)
-        reference = run_stages(model, chunk.padded_ids, style, speed=utterance.speed, noise=noise_src, stream=0)
-        np.save(folder / "audio" / f"{utterance.name}-pt.npy", reference.audio.astype(np.float32))
-        np.save(folder / "audio" / f"{utterance.name}-cpu.npy", stages.audio.astype(np.float32))
-        for component, length, inputs, tiles, outputs in recorder.calls[first:]:
-            name = f"{utterance.name}-{component}"
-            arrays = {f"input{i}": x for i, x in enumerate(inputs)} | {f"expected{i}": y for i, y in enumerate(outputs)}
-            np.savez_compressed(folder / "cases" / f"{name}.npz", **arrays)
-            cases.append({"name": name, "utterance": utterance.name, "component": component, "length": length,
-                          "tiles": tiles, "inputs": f"cases/{name}.npz", "n_inputs": len(inputs),
-                          "n_outputs": len(outputs)})  # fmt: skip
-        spoken.append(dict(asdict(utterance), tokens=int(len(chunk.padded_ids)), frames=int(stages.alignment.shape[0]),
-                           durations=stages.durations.tolist(), pt_durations=reference.durations.tolist(),
-                           buckets=list(stages.buckets)))  # fmt: skip
-        log.info("%s: %d tokens, %d frames recorded", utterance.name, spoken[-1]["tokens"], spoken[-1]["frames"])
-    libraries, build_seconds, symbolic_failures = _device_libraries(model, weights_fingerprint, device, folder, cases)
-    shutil.copyfile(bundle_runner.__file__, folder / "run_bundle.py")
-    bundle = {
-        "format": bundle_runner.BUNDLE_FORMAT,
-        "device": device,
-        "target": target_for(device),
-        "dtype": "float32",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "weights": weights_fingerprint,
-        "voice": pack.name,
-        "noise": noise_src.description,
-        "tolerance_rel_l2": TOLERANCE_REL_L2,
-        "libraries": libraries,
-        "symbolic_failures": symbolic_failures,
-        "cases": cases,
-        "utterances": spoken,
-        "build_seconds": build_seconds,
-        "run": f"python run_bundle.py . --device {device} --out results",
-    }
-    if with_runtime:
-        bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit")
-        bundle["run"] = "TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime_kit " + bundle["run"]
-    bundle["parts"] = transfer_parts(folder)
-    (folder / "bundle.json").write_text(json.dumps(bundle, indent=1))
-    bundle["bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    if len(bundle["parts"]) > 1:
-        log.warning("the bundle is %.0f MiB: it travels to a lent GPU machine in %d parts of at most %d MiB "
-                    "(bundle.json 'parts')", bundle["bytes"] / 2**20, len(bundle["parts"]),
-                    TRANSFER_LIMIT_BYTES // 2**20)  # fmt: skip
-    return bundle
-
-
-def transfer_parts(folder, limit: int = TRANSFER_LIMIT_BYTES - 2**20) -> list[list[str]]:
-    """The bundle's files (relative paths) in groups of at most `limit` bytes, largest first, for carrying it to
-    a machine in several commands (bundle.json, written afterwards, goes with the last part; a file larger
-    than the limit is a part of its own, and cannot travel)."""
-    folder = Path(folder)
-    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
-    parts: list[tuple[int, list[str]]] = []
-    for path in files:
-        size = path.stat().st_size
-        fit = next((part for part in parts if part[0] + size <= limit), None)
-        if fit is None:
-            parts.append((size, [str(path.relative_to(folder))]))
-        else:
-            parts[parts.index(fit)] = (fit[0] + size, fit[1] + [str(path.relative_to(folder))])
-    return [names for _, names in parts]
-
-
-def _device_libraries(model, weights_fingerprint: str, device: str, folder: Path, cases: list[dict]):
-    """Each component's symbolic-length build for `device`, as the CPU runtime uses; where that build fails on
-    a GPU target, static builds at each length the cases need (the failure recorded). Sets each case's
-    "library" (and drops its tile count where it runs a static build); returns (libraries, build seconds,
-    symbolic failures)."""
-    from kokoro_tvm.compiler.build import OnDemandBuilder
-
-    builds = OnDemandBuilder(model, weights_fingerprint, "float32", target_for(device))
-    libraries, seconds, failures, param_names = {}, {}, {}, {}
-
-    def add(key: str, component: str, artifact) -> None:
-        shutil.copyfile(artifact.library, folder / "libs" / f"{key}.so")
-        if component not in param_names:
-            np.savez_compressed(folder / "params" / f"{component}.npz", **pack_params(artifact.load_params()))
-            param_names[component] = artifact.param_names
-        if artifact.param_names != param_names[component]:  # one parameter file per component must fit all
-            raise ValueError(f"{key}: its parameters differ from the other builds of {component}")
-        libraries[key] = {"component": component, "library": f"libs/{key}.so", "params": f"params/{component}.npz",
-                          "param_names": artifact.param_names, "length_tile": artifact.length_tile,
-                          "transform_params": artifact.manifest.get("transform_params")}  # fmt: skip
-
-    for component in NAMES:
-        mine = [case for case in cases if case["component"] == component]
-        start = time.perf_counter()
-        try:
-            add(component, component, builds(component, None))
-            for case in mine:
-                case["library"] = component
-        except Exception as exc:  # TVM's own error types; on a GPU target only (the CPU build must work)
-            if device == "cpu":
-                raise
-            failures[component] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            log.warning("%s: no symbolic build for %s (%s); static builds at %s", component, device,
-                        failures[component], sorted({case["length"] for case in mine}))  # fmt: skip
-            for case in mine:
-                key = f"{component}-n{case['length']}"
-                if key not in libraries:
-                    add(key, component, builds(component, case["length"]))
-                case["library"], case["tiles"] = key, None
-        seconds[component] = time.perf_counter() - start
-    return libraries, seconds, failures
+@contextlib.contextmanager
+def bundle_errors():
+    """The runner's own errors (it imports nothing from kokoro_tvm, see bundle_runner) and a results folder that
+    cannot be read, as the project's one-line ResourceError."""
+    try:
+        yield
+    except (bundle_runner.BundleError, OSError, json.JSONDecodeError) as exc:
+        raise ResourceError(f"check bundle: {exc}") from exc
 
 
 def score(folder, results_dir) -> dict:
@@ -266,8 +56,9 @@ def score(folder, results_dir) -> dict:
     from kokoro_tvm.evaluation.metrics import pesq_wb, rel_l2, stoi
 
     folder, results_dir = Path(folder), Path(results_dir)
-    bundle = bundle_runner.read_bundle(folder)
-    results = json.loads((results_dir / "results.json").read_text())
+    with bundle_errors():
+        bundle = bundle_runner.read_bundle(folder)
+        results = json.loads((results_dir / "results.json").read_text())
     rows = []
     for utterance in bundle["utterances"]:
         name, n_tokens = utterance["name"], utterance["tokens"]
@@ -309,28 +100,15 @@ def gpu_check(
         require_device(device)
     folder = Path(folder)
     bundle = make_bundle(model, weights_fingerprint, device, folder / "bundle", utterances)
-    results = bundle_runner.run_bundle(folder / "bundle", device, runs=runs, out_dir=folder / "results")
+    with bundle_errors():
+        results = bundle_runner.run_bundle(folder / "bundle", device, runs=runs, out_dir=folder / "results")
     report = {
         "device": device,
         "device_name": results["device_name"],
         "host": results["host"],
         "tolerance_rel_l2": results["tolerance_rel_l2"],
         "all_within_tolerance": results["all_within_tolerance"],
-        "components": [
-            {
-                k: c[k]
-                for k in (
-                    "case",
-                    "length",
-                    "worst_rel_l2",
-                    "within_tolerance",
-                    "seconds_median",
-                    "seconds_min",
-                    "seconds_max",
-                )
-            }
-            for c in results["cases"]
-        ],  # fmt: skip
+        "components": [{k: c[k] for k in COMPONENT_FIELDS} for c in results["cases"]],
         "utterances": score(folder / "bundle", folder / "results")["utterances"],
         "bundle_bytes": bundle["bytes"],
         "build_seconds": bundle["build_seconds"],

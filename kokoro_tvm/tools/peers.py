@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from kokoro_tvm import paths
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.weights.resolve import embedded_onnx
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ FP32_PEERS = ("torch", "torch_compile", "ort_fp32")
 ONNX_OPSET = 17
 
 
-class PeerError(ValueError):
+class PeerError(InputError):
     """A peer list `bench` cannot take."""
 
 
@@ -88,7 +89,6 @@ def _audio_only(model):
 
 def onnx_fp32_export(model, fingerprint: str) -> Path:
     """Our own fp32 ONNX file of `model` (cache: onnx/<weights fingerprint>-torch<version>.onnx), exported once."""
-
 
     path = paths.cache_dir() / "onnx" / f"{fingerprint}-torch{torch.__version__.split('+')[0]}-opset{ONNX_OPSET}.onnx"
     with paths.cache_lock(path):

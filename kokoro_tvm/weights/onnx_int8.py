@@ -20,6 +20,7 @@ import numpy as np
 
 from kokoro_tvm._packages import package_dir
 from kokoro_tvm.artifacts import file_sha256
+from kokoro_tvm.errors import ResourceError
 from kokoro_tvm.paths import temporary_sibling
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ _ONNX_TO_TORCH_GATE_BLOCKS = [0, 2, 3, 1]
 _EXPORTER_CONSTANT_PREFIXES = ("decoder.decoder.generator.stft.",)
 
 
-class CorruptModelError(RuntimeError):
+class CorruptModelError(ResourceError):
     """The assembled ONNX file does not have the expected checksum."""
 
 
@@ -168,11 +169,31 @@ def recover_state_dict(
 
     graph = onnx.load(str(onnx_path)).graph
     inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    builder = _StateDictBuilder(expected_shapes, weight_norm_g)
+    used = _put_node_weights(graph, inits, builder)
+    # Float initializers that kept their PyTorch names (biases, LayerNorms, Snake alphas, ...).
+    for name, array in inits.items():
+        if name in used or array.dtype != np.float32 or name.startswith(("/", "onnx::")):
+            continue
+        if re.search(r"_(quantized|scale|zero_point)$", name):
+            continue
+        key = map_scope(name)
+        if key is not None and key in expected_shapes:
+            builder.put(key, array, name)
+    builder.report.from_onnx = len(builder.values)
+    _fill_absent(builder, expected_shapes)
+    builder.report.n_keys = len(builder.values)
+    builder.report.n_values = int(sum(v.size for v in builder.values.values()))
+    return builder.values, builder.report
+
+
+def _put_node_weights(graph, inits: dict[str, np.ndarray], builder: _StateDictBuilder) -> set[str]:
+    """The weights the graph's nodes consume (quantized ones dequantized), onto KModel keys; returns the names
+    of the initializers used."""
     consumers: dict[str, list] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    builder = _StateDictBuilder(expected_shapes, weight_norm_g)
     used: set[str] = set()
 
     def f32(name: str) -> np.ndarray:
@@ -186,18 +207,12 @@ def recover_state_dict(
         return module
 
     for node in graph.node:
-        if node.op_type == "MatMulInteger" and node.input[1] in inits:
-            # int8 weight [in, out] with a per-output-column scale (zero point 0): y = x @ W.
+        if node.op_type in ("MatMulInteger", "ConvInteger") and node.input[1] in inits:
+            # MatMulInteger: int8 weight [in, out] with a per-output-column scale (zero point 0), y = x @ W;
+            # ConvInteger: uint8 weight [out, in, k] with one scale and zero point for the whole tensor.
             q_name = node.input[1]
-            scale = f32(q_name[: -len("_quantized")] + "_scale")
-            weight = (f32(q_name) - f32(node.input[3])) * scale
-            builder.put_weight(node_module(node), weight.T, q_name)
-        elif node.op_type == "ConvInteger" and node.input[1] in inits:
-            # uint8 weight [out, in, k] with one scale and zero point for the whole tensor.
-            q_name = node.input[1]
-            scale = f32(q_name[: -len("_quantized")] + "_scale")
-            weight = (f32(q_name) - f32(node.input[3])) * scale
-            builder.put_weight(node_module(node), weight, q_name)
+            weight = (f32(q_name) - f32(node.input[3])) * f32(q_name[: -len("_quantized")] + "_scale")
+            builder.put_weight(node_module(node), weight.T if node.op_type == "MatMulInteger" else weight, q_name)
         elif node.op_type == "Gather" and node.input[0] in inits and node.input[0].endswith("_quantized"):
             # Embedding table, dequantized after the gather.
             dequant = consumers[node.output[0]][0]
@@ -209,24 +224,16 @@ def recover_state_dict(
             _put_lstm(builder, node_module(node), node, f32)
         elif node.op_type in ("Conv", "ConvTranspose") and node.input[1] in inits:
             # Float weights: weight-norm already folded (anonymous .../Mul_k_output_0 tensors, ups.*, ...).
-            if node.input[1].startswith(_EXPORTER_CONSTANT_PREFIXES):
-                continue
-            builder.put_weight(node_module(node), f32(node.input[1]), node.input[1])
+            if not node.input[1].startswith(_EXPORTER_CONSTANT_PREFIXES):
+                builder.put_weight(node_module(node), f32(node.input[1]), node.input[1])
         elif node.op_type == "MatMul" and len(node.input) > 1 and node.input[1] in inits:
             builder.put_weight(node_module(node), f32(node.input[1]).T, node.input[1])
+    return used
 
-    # Float initializers that kept their PyTorch names (biases, LayerNorms, Snake alphas, ...).
-    for name, array in inits.items():
-        if name in used or array.dtype != np.float32 or name.startswith(("/", "onnx::")):
-            continue
-        if re.search(r"_(quantized|scale|zero_point)$", name):
-            continue
-        key = map_scope(name)
-        if key is not None and key in expected_shapes:
-            builder.put(key, array, name)
-    builder.report.from_onnx = len(builder.values)
 
-    # Parameters the export does not contain, filled with values that compute the same function.
+def _fill_absent(builder: _StateDictBuilder, expected_shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """Parameters the export does not contain, filled with values that compute the same function; any other
+    missing parameter is an error."""
     for key, shape in expected_shapes.items():
         if key in builder.values:
             continue
@@ -242,9 +249,6 @@ def recover_state_dict(
     missing = sorted(set(expected_shapes) - set(builder.values))
     if missing:
         raise KeyError(f"{len(missing)} KModel parameters not found in the export, e.g. {missing[:5]}")
-    builder.report.n_keys = len(builder.values)
-    builder.report.n_values = int(sum(v.size for v in builder.values.values()))
-    return builder.values, builder.report
 
 
 def _put_lstm(builder: _StateDictBuilder, module: str, node, f32: Callable[[str], np.ndarray]) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from kokoro_tvm.config import kokoro_config
+from kokoro_tvm.errors import ResourceError
 from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 from kokoro_tvm.weights import onnx_int8
 
@@ -51,7 +52,7 @@ SOURCE_NOTES = {
 StateDicts = dict[str, dict[str, torch.Tensor]]  # top module -> its state dict, as in kokoro-v1_0.pth
 
 
-class WeightsError(RuntimeError):
+class WeightsError(ResourceError):
     """Weights could not be found, read or verified."""
 
 

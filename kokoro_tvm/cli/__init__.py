@@ -1,0 +1,51 @@
+"""`kokoro-tvm` command line: say, compare, bench, compile, gpu-build, gpu-check, pipeline, lab, voices, weights.
+
+Bad input (empty text, an unknown voice or symbol, a missing or corrupt weights file, an unwritable output) ends
+with one clear `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback: the project's own
+errors (kokoro_tvm.errors.KokoroTVMError) are the ones printed so. Any other exception is a bug and raises with
+its traceback.
+
+- `speech`: say, compare, bench (text in, audio or numbers out);
+- `builds`: compile, gpu-build, gpu-check (artifacts and device checks);
+- `project`: pipeline, lab, voices, weights (the notebooks and the inputs);
+- `options`: the arguments several commands share, with the choices read from their one table.
+
+Each group's `COMMANDS` add its subcommands to the parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from kokoro_tvm import __version__
+from kokoro_tvm.cli import builds, project, speech
+from kokoro_tvm.errors import KokoroTVMError
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kokoro-tvm {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in (speech, builds, project):
+        for add_command in group.COMMANDS:
+            add_command(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        return args.func(args)
+    except KokoroTVMError as exc:
+        print(f"kokoro-tvm: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,54 @@
+"""Arguments several `kokoro-tvm` commands share; each choice list is read from the table that defines it."""
+
+from __future__ import annotations
+
+import argparse
+
+from kokoro_tvm.components import PRECISIONS
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE
+from kokoro_tvm.runtime.devices import DEVICES
+
+LANG_HELP = (
+    "the text's language as a Kokoro code (a: American English, b: British, e, f, h, i, p, j, z); default: the "
+    "voice name's first letter, as kokoro's KPipeline does"
+)
+BUCKETS_HELP = (
+    "TVM shapes: 'default' (= dynamic: one symbolic-length build per component), 'bucketed' (the chosen bucket "
+    "set, geo1.25), a named set (pow2, geo1.5, geo1.25, earlier, align32), 'tokens=..;frames=..' or 'exact' "
+    "(one build per length)"
+)
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
+
+
+def precision_help(names=tuple(PRECISIONS)) -> str:
+    return "; ".join(f"{name}: {PRECISIONS[name].summary}" for name in names)
+
+
+def add_voice(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--voice",
+        default=DEFAULT_VOICE,
+        help=f"a voice name (`kokoro-tvm voices`; default {DEFAULT_VOICE}) or a .bin/.npz/.pt pack file",
+    )
+    parser.add_argument("--lang", help=LANG_HELP)
+
+
+def add_precision(parser: argparse.ArgumentParser, what: str = "TVM's arithmetic") -> None:
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help=f"{what}: {precision_help()}")
+
+
+def add_device(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", choices=DEVICES, default="cpu", help="where TVM runs (metal, cuda: where one is)")
+
+
+def add_weights(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
