@@ -1,21 +1,35 @@
-"""Text to speech through a chosen backend: chunks in, one waveform out.
+"""Text to speech through a chosen backend: chunks in, one waveform out (`synthesize`) or a stream of pieces
+(`synthesize_stream`).
 
 A backend turns one chunk (padded token ids, a style row, speed, noise) into audio. Long text is split by the
-text front-end; the chunks' audio is concatenated in order, every sample kept.
+text front-end; the chunks' audio is concatenated in order, every sample kept. Every chunk starts and ends on
+Kokoro's pad token, so its audio starts and ends in the model's own near-silence: joins need no cross-fade.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.config import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.g2p import g2p_name
-from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, Chunk, foreign_letters, phonemize, prepare
+from kokoro_tvm.frontend.text import (
+    DEFAULT_LANGUAGE,
+    FIRST_PIECE_MAX,
+    Chunk,
+    foreign_letters,
+    phonemize,
+    prepare,
+    split_phonemes,
+    stream_pieces,
+    tokenize,
+)
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import NoiseSource, noise_source
 from kokoro_tvm.runtime.buckets import parse_buckets
@@ -24,6 +38,10 @@ log = logging.getLogger(__name__)
 
 BACKENDS = ("torch", "tvm")
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
+# Stream joins: each piece after the first starts this long before its speech does (its leading pad token's
+# silence beyond that is dropped); "speech" is the first sample above SILENCE (-60 dBFS).
+JOIN_LEAD_SECONDS = 0.1
+SILENCE = 1e-3
 
 
 @dataclass
@@ -120,6 +138,62 @@ def check_speed(speed: float) -> float:
     return float(speed)
 
 
+@dataclass
+class _Request:
+    """What synthesize and synthesize_stream share, validated before any model loads: the phonemes, the voice's
+    pack, speed, noise, and the backend (built last)."""
+
+    text: str | None
+    phonemes: str
+    unspoken: tuple[str, ...]
+    language: str
+    pack: object
+    speed: float
+    noise: NoiseSource
+    backend: object
+
+    @classmethod
+    def make(cls, text, phonemes, voice, speed, noise, backend, weights, buckets, device, precision, language):
+        """The request `synthesize`'s arguments (in its order) make."""
+        speed, noise = check_speed(speed), noise_source(noise)
+        language = language or language_of(voice) or DEFAULT_LANGUAGE
+        unspoken: tuple[str, ...] = ()
+        if text is not None:
+            phonemized = phonemize(text, language)
+            phonemes, unspoken = phonemized.phonemes, phonemized.unspoken
+        chunks = prepare(phonemes=phonemes)  # every symbol known, something to say: checked before any load
+        pack = load_voice(voice)
+        if isinstance(backend, str):
+            backend = make_backend(backend, weights=weights, buckets=buckets, device=device, precision=precision)
+        return cls(text, " ".join(c.phonemes for c in chunks), unspoken, language, pack, speed, noise, backend)
+
+    def speak(self, phonemes: str, stream: int) -> tuple[Chunk, np.ndarray, np.ndarray]:
+        chunk = Chunk(phonemes, tokenize(phonemes))
+        audio, durations = self.backend.speak(chunk, self.pack.style(len(phonemes)), self.speed, self.noise, stream)
+        return chunk, np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations)
+
+    def metadata(self, chunks: list[Chunk]) -> dict:
+        text = self.text
+        found = {
+            "text": text,
+            "phonemes": [c.phonemes for c in chunks],
+            "language": self.language if text is not None else None,
+            "g2p": g2p_name(self.language) if text is not None else "phonemes given",
+            "foreign_letters": "".join(foreign_letters(text)) if text else "",  # named, not read: see the phonemes
+            "unspoken": list(self.unspoken),  # words no G2P could read (warned about)
+            "voice": self.pack.name,
+            "voice_source": self.pack.source,
+            "speed": self.speed,
+            "noise": self.noise.description,
+            "backend": self.backend.name,
+            "weights": self.backend.weights.as_dict(),
+            "sample_rate": SAMPLE_RATE,
+        }
+        if hasattr(self.backend, "describe"):
+            found["tvm"] = self.backend.describe(len(chunks))
+        return found
+
+
 def synthesize(
     text: str | None = None,
     *,
@@ -140,37 +214,50 @@ def synthesize(
     does; American English for a voice file). `noise`: 'zero', 'seeded:N', an int seed or a NoiseSource;
     `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name): a
     kokoro_tvm.runtime.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
-    speed = check_speed(speed)
-    noise = noise_source(noise)
-    language = language or language_of(voice) or DEFAULT_LANGUAGE
-    unspoken: tuple[str, ...] = ()
-    if text is not None:
-        phonemized = phonemize(text, language)
-        phonemes, unspoken = phonemized.phonemes, phonemized.unspoken
-    chunks = prepare(phonemes=phonemes)
-    pack = load_voice(voice)
-    if isinstance(backend, str):
-        backend = make_backend(backend, weights=weights, buckets=buckets, device=device, precision=precision)
-    pieces, durations = [], []
-    for i, chunk in enumerate(chunks):
-        audio, dur = backend.speak(chunk, pack.style(len(chunk.phonemes)), speed, noise, stream=i)
-        pieces.append(np.asarray(audio, dtype=np.float32).reshape(-1))
-        durations.append(np.asarray(dur))
-    metadata = {
-        "text": text,
-        "phonemes": [c.phonemes for c in chunks],
-        "language": language if text is not None else None,
-        "g2p": g2p_name(language) if text is not None else "phonemes given",
-        "foreign_letters": "".join(foreign_letters(text)) if text else "",  # named, not read: see the phonemes
-        "unspoken": list(unspoken),  # words no G2P could read (warned about)
-        "voice": pack.name,
-        "voice_source": pack.source,
-        "speed": speed,
-        "noise": noise.description,
-        "backend": backend.name,
-        "weights": backend.weights.as_dict(),
-        "sample_rate": SAMPLE_RATE,
-    }
-    if hasattr(backend, "describe"):
-        metadata["tvm"] = backend.describe(len(chunks))
-    return Speech(np.concatenate(pieces), chunks, durations, metadata)
+    request = _Request.make(text, phonemes, voice, speed, noise, backend, weights, buckets, device, precision, language)
+    spoken = [request.speak(piece, stream=i) for i, piece in enumerate(split_phonemes(request.phonemes))]
+    chunks = [chunk for chunk, _, _ in spoken]
+    return Speech(np.concatenate([audio for _, audio, _ in spoken]), chunks, [d for _, _, d in spoken],
+                  request.metadata(chunks))  # fmt: skip
+
+
+def synthesize_stream(text: str | None = None, *, first_max: int = FIRST_PIECE_MAX, **options) -> SpeechStream:
+    """Speak `text` as a stream: iterating the result yields float32 audio pieces at SAMPLE_RATE, each as soon as
+    it is spoken; the pieces end to end are the whole speech. Pieces follow kokoro_tvm.frontend.text.
+    stream_pieces: the first ends at the first clause or sentence end past a few words, each later one is whole
+    sentences (or clauses) within twice the one before. `options`: `synthesize`'s keyword arguments, with its
+    defaults; bad input, an unknown voice or an unusable backend raises here, before the first piece."""
+    bound = inspect.signature(synthesize).bind(text, **options)  # an unknown option is a TypeError, as there
+    bound.apply_defaults()
+    request = _Request.make(*bound.arguments.values())
+    return SpeechStream(request, stream_pieces(request.phonemes, first_max))
+
+
+class SpeechStream:
+    """One utterance spoken piece by piece as it is iterated. `pieces`: each piece's phonemes, known up front;
+    after the stream is spent, `chunks` and `durations` as in Speech and `metadata()` what `synthesize` records,
+    with the pieces' count."""
+
+    def __init__(self, request: _Request, pieces: list[str]):
+        self.request, self.pieces = request, pieces
+        self.chunks: list[Chunk] = []
+        self.durations: list[np.ndarray] = []
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i, piece in enumerate(self.pieces):
+            chunk, audio, durations = self.request.speak(piece, stream=i)
+            self.chunks.append(chunk)
+            self.durations.append(durations)
+            yield audio if i == 0 else trim_leading_silence(audio, int(durations[0]) * SAMPLES_PER_FRAME)
+
+    def metadata(self) -> dict:
+        return dict(self.request.metadata(self.chunks), stream_pieces=len(self.pieces))
+
+
+def trim_leading_silence(audio: np.ndarray, pad_samples: int, keep: float = JOIN_LEAD_SECONDS) -> np.ndarray:
+    """A later piece without the silence its leading pad token makes, up to `keep` seconds before the first
+    sample above SILENCE: the join's pause is then the one the previous piece's punctuation made, as in the
+    whole utterance, and the cut falls in digital silence (no click)."""
+    loud = np.flatnonzero(np.abs(audio[:pad_samples]) > SILENCE)
+    onset = int(loud[0]) if loud.size else min(pad_samples, audio.size)
+    return audio[max(0, onset - int(keep * SAMPLE_RATE)) :]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import time
 
 from kokoro_tvm import __version__
@@ -18,17 +19,20 @@ from kokoro_tvm.cli.options import (
     precision_help,
 )
 from kokoro_tvm.components import TIMED_PRECISIONS
+from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import writing
-from kokoro_tvm.runtime.audio_io import WAV_FORMATS, write_wav
-from kokoro_tvm.synthesis import BACKENDS, synthesize
+from kokoro_tvm.runtime.audio_io import WAV_FORMATS, WavStream, encode, write_wav
+from kokoro_tvm.synthesis import BACKENDS, synthesize, synthesize_stream
+from kokoro_tvm.tools import latency
 from kokoro_tvm.tools.bench import DEFAULT_TEXT, bench
 
 log = logging.getLogger("kokoro_tvm.cli")
 
+STDOUT = "-"  # `-o -`: raw samples to standard output, for a player (e.g. `ffplay -f f32le -ar 24000 -`)
 
-def say(args: argparse.Namespace) -> int:
-    start = time.perf_counter()
-    speech = synthesize(
+
+def _speech_options(args: argparse.Namespace) -> dict:
+    return dict(
         **({"phonemes": args.text} if args.phonemes else {"text": args.text}),
         voice=args.voice,
         speed=args.speed,
@@ -40,7 +44,18 @@ def say(args: argparse.Namespace) -> int:
         precision=args.precision,
         language=args.lang,
     )
+
+
+def say(args: argparse.Namespace) -> int:
+    if args.stream:
+        return say_stream(args)
+    start = time.perf_counter()
+    speech = synthesize(**_speech_options(args))
     metadata = dict(speech.metadata, wav_format=args.format, kokoro_tvm=__version__)
+    if args.output == STDOUT:
+        sys.stdout.buffer.write(encode(speech.audio, args.format).tobytes())
+        sys.stdout.buffer.flush()
+        return 0
     with writing(args.output):
         path = write_wav(args.output, speech.audio, speech.metadata["sample_rate"], fmt=args.format, metadata=metadata)
     log.info(
@@ -49,6 +64,30 @@ def say(args: argparse.Namespace) -> int:
         speech.metadata["weights"]["source"], time.perf_counter() - start,
     )  # fmt: skip
     print(path)
+    return 0
+
+
+def say_stream(args: argparse.Namespace) -> int:
+    """`say --stream`: each piece written as soon as it is spoken: raw samples to stdout (`-o -`), or into a WAV
+    whose header gets its sizes when the stream ends."""
+    start = time.perf_counter()
+    stream = synthesize_stream(**_speech_options(args))  # bad input fails here, before anything is written
+    first = None
+    if args.output == STDOUT:
+        for piece in stream:
+            sys.stdout.buffer.write(encode(piece, args.format).tobytes())
+            sys.stdout.buffer.flush()
+            first = first or time.perf_counter() - start
+    else:
+        with writing(args.output), WavStream(args.output, SAMPLE_RATE, args.format) as wav:
+            for piece in stream:
+                wav.write(piece)
+                first = first or time.perf_counter() - start
+            metadata = dict(stream.metadata(), wav_format=args.format, kokoro_tvm=__version__)
+            wav.path.with_suffix(".json").write_text(json.dumps(metadata, indent=1, ensure_ascii=False) + "\n")
+        print(wav.path)
+    log.info("streamed %d piece(s) to %s: first after %.2f s, all after %.2f s", len(stream.pieces), args.output,
+             first, time.perf_counter() - start)  # fmt: skip
     return 0
 
 
@@ -61,6 +100,15 @@ def compare(args: argparse.Namespace) -> int:
     return _print_record(record, args.json)
 
 
+def first_audio_record(args: argparse.Namespace) -> dict:
+    peers = {"all": latency.STREAM_PEERS, "none": ()}.get(args.peers.strip())
+    if peers is None:
+        peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    return latency.first_audio(args.text or latency.DEFAULT_PARAGRAPH, voice=args.voice, threads=args.threads,
+                               runs=args.runs, warmup=args.warmup, precisions=args.precision, peers=peers,
+                               weights=args.weights)  # fmt: skip
+
+
 def _print_record(record: dict, one_line: bool) -> int:
     print(json.dumps(record) if one_line else json.dumps(record, indent=1))
     return 0
@@ -69,8 +117,10 @@ def _print_record(record: dict, one_line: bool) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     from kokoro_tvm.tools.peers import parse_peers  # (deferred: torch, which the other commands may not need)
 
+    if args.first_audio:
+        return _print_record(first_audio_record(args), args.json)
     record = bench(
-        args.text,
+        args.text or DEFAULT_TEXT,
         voice=args.voice,
         threads=args.threads,
         runs=args.runs,
@@ -88,7 +138,11 @@ def run_bench(args: argparse.Namespace) -> int:
 def _add_say(sub) -> None:
     parser = sub.add_parser("say", help="synthesize speech into a WAV file")
     parser.add_argument("text", help="English text (or phonemes with --phonemes)")
-    parser.add_argument("-o", "--output", required=True, help="WAV file to write")
+    parser.add_argument("-o", "--output", required=True, help="WAV file to write; '-': raw --format samples to stdout")
+    parser.add_argument(
+        "--stream", action="store_true",
+        help="write each piece as soon as it is spoken (the first ends at the first clause or sentence end)",
+    )  # fmt: skip
     add_voice(parser)
     parser.add_argument("--speed", type=float, default=1.0)
     parser.add_argument("--backend", choices=BACKENDS, default="torch")
@@ -122,7 +176,12 @@ def _add_compare(sub) -> None:
 
 def _add_bench(sub) -> None:
     parser = sub.add_parser("bench", help="TVM and its peers (PyTorch, torch.compile, ONNX Runtime) on one utterance")
-    parser.add_argument("--text", default=DEFAULT_TEXT, help="one utterance (default: an 11-12 s sentence)")
+    parser.add_argument("--text", help="one utterance (default: an 11-12 s sentence; --first-audio: four sentences)")
+    parser.add_argument(
+        "--first-audio", action="store_true",
+        help="time to the first streamed piece and to the last, and underruns, of TVM's streams (and, with "
+        "--peers, KPipeline's generator) against TVM speaking the whole text",
+    )  # fmt: skip
     add_voice(parser)
     parser.add_argument("--threads", type=positive_int, default=2, help="threads for every backend (default 2)")
     parser.add_argument("--runs", type=positive_int, default=5, help="timed rounds; the median is reported")
@@ -146,7 +205,7 @@ def _add_bench(sub) -> None:
         "--peers",
         default="all",
         help="peers timed in the same rounds, comma-separated from torch, torch_compile, ort_fp32, ort_int8 "
-        "(kokoro_tvm.tools.peers.PEERS; default all; none: TVM only)",
+        "(kokoro_tvm.tools.peers.PEERS; default all; none: TVM only); with --first-audio: kpipeline",
     )
     parser.add_argument("--json", action="store_true", help="one JSON line")
     add_weights(parser)

@@ -177,6 +177,74 @@ def _best_cut(s: str, max_len: int) -> int:
     return max_len
 
 
+# Streaming (kokoro_tvm.synthesis.synthesize_stream), in phoneme symbols:
+# - the first piece ends at the first clause or sentence end at or after FIRST_PIECE_MIN symbols (a lone
+#   "Hello," would leave the next piece too little time), within FIRST_PIECE_MAX (else at the last space);
+# - each later piece is as many whole sentences as fit in PIECE_GROWTH times the previous piece; if not even one
+#   does, as many whole clauses; if not even one clause, that one clause whole (a piece never ends inside a
+#   clause unless the clause alone is longer than MAX_PHONEMES). A piece of n seconds takes RTF x n seconds to
+#   speak, so at RTF < 1 / PIECE_GROWTH (less the per-call overhead) each piece is ready before the previous one
+#   has finished playing; a clause longer than the limit may arrive late, and `bench --first-audio` says so.
+FIRST_PIECE_MIN = 16
+FIRST_PIECE_MAX = 100
+PIECE_GROWTH = 2.0
+
+
+def stream_pieces(
+    phonemes: str,
+    first_max: int = FIRST_PIECE_MAX,
+    growth: float = PIECE_GROWTH,
+    max_len: int = MAX_PHONEMES,
+    first_min: int = FIRST_PIECE_MIN,
+) -> list[str]:
+    """Phoneme pieces for streaming (the rule above); joined with single spaces they give back the input, and a
+    piece that would carry no sound (only punctuation) goes with a neighbour."""
+    rest, pieces, carry = " ".join(phonemes.split()), [], ""  # carry: leading silence, spoken with the first piece
+    while rest:
+        if not pieces:
+            cut = _first_cut(rest, min(first_min, max_len), min(first_max, max_len))
+        else:
+            cut = _later_cut(rest, min(max_len, int(growth * len(pieces[-1]))), max_len)
+        piece, rest = rest[:cut].strip(), rest[cut:].strip()
+        if not _has_sound(piece) and pieces and len(pieces[-1]) + 1 + len(piece) <= max_len:
+            pieces[-1] = f"{pieces[-1]} {piece}"
+        elif not _has_sound(piece) and not pieces and rest:
+            carry = f"{carry} {piece}".strip()
+        else:
+            pieces.append(f"{carry} {piece}".strip())
+            carry = ""
+    return pieces or [carry]
+
+
+def _ends(s: str, symbols: frozenset, limit: int) -> list[int]:
+    """Cut positions after a `symbols` mark followed by a space, each piece s[:cut] at most `limit` symbols."""
+    return [i + 1 for i in range(min(limit, len(s) - 1)) if s[i] in symbols and s[i + 1] == " "]
+
+
+def _first_cut(s: str, first_min: int, first_max: int) -> int:
+    ends = [c for c in _ends(s, SENTENCE_END | CLAUSE_END, first_max) if c >= first_min]
+    if ends:
+        return ends[0]
+    return len(s) if len(s) <= first_max else _best_cut(s, first_max)
+
+
+def _later_cut(s: str, limit: int, max_len: int) -> int:
+    if len(s) <= limit:
+        return len(s)
+    for symbols in (SENTENCE_END, SENTENCE_END | CLAUSE_END):
+        ends = _ends(s, symbols, limit)
+        if ends:
+            return ends[-1]
+    beyond = _ends(s, SENTENCE_END | CLAUSE_END, max_len)  # one whole clause, longer than the limit
+    if beyond:
+        return beyond[0]
+    return len(s) if len(s) <= max_len else _best_cut(s, max_len)
+
+
+def _has_sound(phonemes: str) -> bool:
+    return any(symbol not in SILENT_SYMBOLS for symbol in phonemes)
+
+
 def prepare(
     text: str | None = None,
     phonemes: str | None = None,
