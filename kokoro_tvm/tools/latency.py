@@ -11,11 +11,15 @@ Backends:
   decides the pieces);
 - `tvm_whole[PRECISION]`: `synthesize` on the same builds: the first audio is the whole text's;
 - `kpipeline`: kokoro's own `KPipeline` generator on PyTorch eager (its pieces: KPipeline's chunks of up to 510
-  phonemes, one per paragraph of this length).
+  phonemes, one per paragraph of this length);
+- `kokoro_onnx`: the `kokoro-onnx` package's `Kokoro.create_stream` as its users run it (its own espeak-ng G2P,
+  en-us; its batches of up to 510 phonemes, trimmed and joined with its pauses) on the embedded int8 export, the
+  official voice, ONNX Runtime with `threads` workers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -27,6 +31,7 @@ from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.g2p import spacy_model_from_package
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.paths import cache_dir
 from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.synthesis import TVMBackend, synthesize, synthesize_stream
 from kokoro_tvm.tools.bench import SETTLE_SECONDS, set_threads
@@ -36,7 +41,7 @@ DEFAULT_PARAGRAPH = (
     "The boy was there when the sun rose. A rod is used to catch pink salmon. The source of the huge river is "
     "the clear spring. Kick the ball straight and follow through."
 )
-STREAM_PEERS = ("kpipeline",)
+STREAM_PEERS = ("kpipeline", "kokoro_onnx")
 
 
 def playback(arrivals: list[float], seconds: list[float]) -> dict:
@@ -80,6 +85,36 @@ class KPipelineStream:
                 yield result.audio.numpy()
 
 
+class KokoroOnnxStream:
+    """kokoro-onnx's `Kokoro.create_stream` (an async generator) on the embedded int8 export, drained piece by
+    piece so each piece's arrival is timed as it comes."""
+
+    def __init__(self, voice_name: str, voice_pack: np.ndarray, threads: int):
+        from kokoro_onnx import Kokoro  # (deferred: a peer package only this benchmark uses)
+
+        from kokoro_tvm.tools.peers import ort_session
+        from kokoro_tvm.weights.resolve import embedded_onnx
+
+        voices = cache_dir() / "kokoro_onnx" / f"{voice_name}.npz"
+        voices.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(voices, **{voice_name: np.asarray(voice_pack, dtype=np.float32)})
+        self.kokoro, self.voice = Kokoro.from_session(ort_session(embedded_onnx(), threads), str(voices)), voice_name
+
+    def stream(self, text: str) -> Iterable[np.ndarray]:
+        loop = asyncio.new_event_loop()
+        pieces = self.kokoro.create_stream(text, self.voice, lang="en-us")
+        try:
+            while True:
+                try:
+                    audio, _rate = loop.run_until_complete(anext(pieces))
+                except StopAsyncIteration:
+                    return
+                yield audio
+        finally:
+            loop.run_until_complete(pieces.aclose())
+            loop.close()
+
+
 def first_audio(
     text: str = DEFAULT_PARAGRAPH,
     voice: str | None = None,
@@ -118,6 +153,9 @@ def first_audio(
     if "kpipeline" in peers:
         kpipeline = KPipelineStream(model, pack.pack)
         starts["kpipeline"] = lambda: kpipeline.stream(text)
+    if "kokoro_onnx" in peers:
+        kokoro_onnx = KokoroOnnxStream(pack.name, pack.pack, threads)
+        starts["kokoro_onnx"] = lambda: kokoro_onnx.stream(text)
     for _ in range(warmup):  # builds load, torch warms up
         for start in starts.values():
             time_stream(start)
