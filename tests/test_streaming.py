@@ -123,14 +123,15 @@ def test_first_audio_times_the_stream_and_the_peer(monkeypatch):
 
     record = first_audio("The boy was there when the sun rose. A rod is used to catch pink salmon.", runs=1, warmup=1,
                          precisions="fp32")  # fmt: skip
-    streamed, whole, peer, onnx = (record["backends"][k] for k in ("tvm[fp32]", "tvm_whole[fp32]", "kpipeline",
-                                                                    "kokoro_onnx"))  # fmt: skip
-    assert streamed["pieces"] == 2 and whole["pieces"] == 1 and peer["pieces"] == onnx["pieces"] == 1
+    streamed, whole, peer, onnx, onnx_fp32 = (record["backends"][k] for k in (
+        "tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx", "kokoro_onnx_fp32"))  # fmt: skip
+    assert streamed["pieces"] == 2 and whole["pieces"] == 1
+    assert peer["pieces"] == onnx["pieces"] == onnx_fp32["pieces"] == 1  # one chunk of <= 510 phonemes each
     assert 0 < streamed["first_s"] < streamed["total_s"]  # the first piece comes before the end
     # the same text in one piece or two: each piece's durations come from its own context and the join's pause
     # from its punctuation, a few tenths of a second either way; a lost or repeated piece would be ~1-3 s
     assert abs(streamed["audio_s"] - whole["audio_s"]) < 0.75
-    assert peer["audio_s"] > 1.0 and onnx["audio_s"] > 1.0  # both peers spoke the text (4-5 s of speech)
+    assert min(peer["audio_s"], onnx["audio_s"], onnx_fp32["audio_s"]) > 1.0  # each spoke the text (4-5 s)
 
 
 def test_say_stream_refuses_bad_input_before_writing(tmp_path, capsys):

@@ -14,12 +14,14 @@ Backends:
   phonemes, one per paragraph of this length);
 - `kokoro_onnx`: the `kokoro-onnx` package's `Kokoro.create_stream` as its users run it (its own espeak-ng G2P,
   en-us; its batches of up to 510 phonemes, trimmed and joined with its pauses) on the embedded int8 export, the
-  official voice, ONNX Runtime with `threads` workers.
+  official voice, ONNX Runtime with `threads` workers; `kokoro_onnx_fp32`: the same on our fp32 export of the
+  loaded weights (its inputs are named as the int8 export's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -31,7 +33,7 @@ from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.g2p import spacy_model_from_package
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
-from kokoro_tvm.paths import cache_dir
+from kokoro_tvm.paths import cache_dir, temporary_sibling
 from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.synthesis import TVMBackend, synthesize, synthesize_stream
 from kokoro_tvm.tools.bench import SETTLE_SECONDS, set_threads
@@ -41,7 +43,7 @@ DEFAULT_PARAGRAPH = (
     "The boy was there when the sun rose. A rod is used to catch pink salmon. The source of the huge river is "
     "the clear spring. Kick the ball straight and follow through."
 )
-STREAM_PEERS = ("kpipeline", "kokoro_onnx")
+STREAM_PEERS = ("kpipeline", "kokoro_onnx", "kokoro_onnx_fp32")
 
 
 def playback(arrivals: list[float], seconds: list[float]) -> dict:
@@ -86,19 +88,23 @@ class KPipelineStream:
 
 
 class KokoroOnnxStream:
-    """kokoro-onnx's `Kokoro.create_stream` (an async generator) on the embedded int8 export, drained piece by
-    piece so each piece's arrival is timed as it comes."""
+    """kokoro-onnx's `Kokoro.create_stream` (an async generator) on an ONNX export (default: the embedded int8
+    one), drained piece by piece so each piece's arrival is timed as it comes."""
 
-    def __init__(self, voice_name: str, voice_pack: np.ndarray, threads: int):
+    def __init__(self, voice_name: str, voice_pack: np.ndarray, threads: int, onnx_path=None):
         from kokoro_onnx import Kokoro  # (deferred: a peer package only this benchmark uses)
 
         from kokoro_tvm.tools.peers import ort_session
         from kokoro_tvm.weights.resolve import embedded_onnx
 
-        voices = cache_dir() / "kokoro_onnx" / f"{voice_name}.npz"
+        voices = cache_dir() / "kokoro_onnx" / f"{voice_name}.npz"  # the voices file its Kokoro class reads
         voices.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(voices, **{voice_name: np.asarray(voice_pack, dtype=np.float32)})
-        self.kokoro, self.voice = Kokoro.from_session(ort_session(embedded_onnx(), threads), str(voices)), voice_name
+        tmp = temporary_sibling(voices)
+        with open(tmp, "wb") as handle:  # a file object: np.savez would append .npz to a name
+            np.savez(handle, **{voice_name: np.asarray(voice_pack, dtype=np.float32)})
+        os.replace(tmp, voices)  # whole or not at all, for another process reading it
+        session = ort_session(onnx_path or embedded_onnx(), threads)
+        self.kokoro, self.voice = Kokoro.from_session(session, str(voices)), voice_name
 
     def stream(self, text: str) -> Iterable[np.ndarray]:
         loop = asyncio.new_event_loop()
@@ -131,6 +137,7 @@ def first_audio(
     import torch
 
     from kokoro_tvm.compiled import check_precision, compiled_kokoro
+    from kokoro_tvm.tools.peers import onnx_fp32_export
     from kokoro_tvm.weights.resolve import load_kmodel
 
     if runs < 1 or warmup < 0 or threads < 1:
@@ -153,9 +160,11 @@ def first_audio(
     if "kpipeline" in peers:
         kpipeline = KPipelineStream(model, pack.pack)
         starts["kpipeline"] = lambda: kpipeline.stream(text)
-    if "kokoro_onnx" in peers:
-        kokoro_onnx = KokoroOnnxStream(pack.name, pack.pack, threads)
-        starts["kokoro_onnx"] = lambda: kokoro_onnx.stream(text)
+    for name in ("kokoro_onnx", "kokoro_onnx_fp32"):
+        if name in peers:
+            export = onnx_fp32_export(model, info.fingerprint) if name == "kokoro_onnx_fp32" else None
+            peer = KokoroOnnxStream(pack.name, pack.pack, threads, export)
+            starts[name] = lambda p=peer: p.stream(text)
     for _ in range(warmup):  # builds load, torch warms up
         for start in starts.values():
             time_stream(start)
