@@ -26,7 +26,6 @@ from kokoro_tvm.frontend.text import (
     foreign_letters,
     phonemize,
     prepare,
-    split_phonemes,
     stream_pieces,
     tokenize,
 )
@@ -140,11 +139,11 @@ def check_speed(speed: float) -> float:
 
 @dataclass
 class _Request:
-    """What synthesize and synthesize_stream share, validated before any model loads: the phonemes, the voice's
-    pack, speed, noise, and the backend (built last)."""
+    """What synthesize and synthesize_stream share, validated before any model loads: the phonemes (as the chunks
+    `synthesize` speaks), the voice's pack, speed, noise, and the backend (built last)."""
 
     text: str | None
-    phonemes: str
+    chunks: list[Chunk]
     unspoken: tuple[str, ...]
     language: str
     pack: object
@@ -165,12 +164,16 @@ class _Request:
         pack = load_voice(voice)
         if isinstance(backend, str):
             backend = make_backend(backend, weights=weights, buckets=buckets, device=device, precision=precision)
-        return cls(text, " ".join(c.phonemes for c in chunks), unspoken, language, pack, speed, noise, backend)
+        return cls(text, chunks, unspoken, language, pack, speed, noise, backend)
 
-    def speak(self, phonemes: str, stream: int) -> tuple[Chunk, np.ndarray, np.ndarray]:
-        chunk = Chunk(phonemes, tokenize(phonemes))
-        audio, durations = self.backend.speak(chunk, self.pack.style(len(phonemes)), self.speed, self.noise, stream)
-        return chunk, np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations)
+    @property
+    def phonemes(self) -> str:
+        return " ".join(c.phonemes for c in self.chunks)
+
+    def speak(self, chunk: Chunk, stream: int) -> tuple[np.ndarray, np.ndarray]:
+        style = self.pack.style(len(chunk.phonemes))
+        audio, durations = self.backend.speak(chunk, style, self.speed, self.noise, stream)
+        return np.asarray(audio, dtype=np.float32).reshape(-1), np.asarray(durations)
 
     def metadata(self, chunks: list[Chunk]) -> dict:
         text = self.text
@@ -215,10 +218,9 @@ def synthesize(
     `backend`: a name (built after the input is validated) or a backend object; `buckets` (TVM by name): a
     kokoro_tvm.runtime.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
     request = _Request.make(text, phonemes, voice, speed, noise, backend, weights, buckets, device, precision, language)
-    spoken = [request.speak(piece, stream=i) for i, piece in enumerate(split_phonemes(request.phonemes))]
-    chunks = [chunk for chunk, _, _ in spoken]
-    return Speech(np.concatenate([audio for _, audio, _ in spoken]), chunks, [d for _, _, d in spoken],
-                  request.metadata(chunks))  # fmt: skip
+    spoken = [request.speak(chunk, stream=i) for i, chunk in enumerate(request.chunks)]
+    return Speech(np.concatenate([audio for audio, _ in spoken]), request.chunks, [d for _, d in spoken],
+                  request.metadata(request.chunks))  # fmt: skip
 
 
 def synthesize_stream(text: str | None = None, *, first_max: int = FIRST_PIECE_MAX, **options) -> SpeechStream:
@@ -245,7 +247,8 @@ class SpeechStream:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i, piece in enumerate(self.pieces):
-            chunk, audio, durations = self.request.speak(piece, stream=i)
+            chunk = Chunk(piece, tokenize(piece))
+            audio, durations = self.request.speak(chunk, stream=i)
             self.chunks.append(chunk)
             self.durations.append(durations)
             yield audio if i == 0 else trim_leading_silence(audio, int(durations[0]) * SAMPLES_PER_FRAME)
