@@ -1,11 +1,13 @@
-"""`kokoro-tvm bench`: TVM and the peers a user would pick instead (`tools.peers`: PyTorch eager,
-`torch.compile`, ONNX Runtime fp32 on our own export, ONNX Runtime on the embedded int8 export) on the same
-utterance, in one process, backends interleaved round by round, the median of `runs` timed rounds after `warmup`
-rounds, with the spread (min, max) of the timed rounds.
+"""`kokoro-tvm bench`: TVM and the peers a user would pick instead (`tools.peers`: PyTorch eager, `torch.compile`, ONNX
+Runtime fp32 on our own export, ONNX Runtime on the embedded int8 export, kokoro-onnx on both, OpenVINO f32 and bf16
+on our own conversion) on the same utterance, in one process, backends interleaved round by round, the median of
+`runs` timed rounds after `warmup` rounds, with the spread (min, max) of the timed rounds, and beside each speed
+what its audio buys (`quality`: durations, log-mel L1 and PESQ-WB against PyTorch fp32, tools.quality).
 
-- peers: `peers=("torch", "ort_int8")` picks some (default: all). `torch_compile` compiles during the first
-  warm-up round (its seconds: `peers[...]["setup_s"]`), so `warmup` must be >= 1 with it. `tvm_vs[peer]` is the
-  peer's median over TVM's; `torch_s`, `ort_int8_s`, `tvm_vs_torch`, `tvm_vs_ort` stay for those two peers.
+- peers: `peers=("torch", "ort_int8")` picks some (default: all). `torch_compile` and the OpenVINO peers compile
+  on their first call, before the rounds (its seconds: `peers[...]["setup_s"]`); `warmup` must be >= 1 with them.
+  `tvm_vs[peer]` is the peer's median over TVM's; `torch_s`, `ort_int8_s`, `tvm_vs_torch`, `tvm_vs_ort` stay for
+  those two peers.
 - tvm: `TVMKokoro.run_stages` with the shapes `say --backend tvm` uses (default: the symbolic-length builds,
   padding to whole 8-step tiles included in the time), the chosen bucket set (`buckets="bucketed"`) or at exact lengths
   (`buckets="exact"`), host steps included, TVM's pool set to `threads`. Several policies, comma-separated
@@ -40,6 +42,7 @@ from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import ZeroNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
+from kokoro_tvm.tools.quality import backend_quality
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +129,14 @@ class _Plan:
     @classmethod
     def check(cls, peers, buckets: str, precisions: str, runs: int, warmup: int, threads: int) -> _Plan:
         from kokoro_tvm.compiled import check_precision
-        from kokoro_tvm.tools.peers import PEERS
+        from kokoro_tvm.tools.peers import COMPILING_PEERS, PEERS
 
         if runs < 1 or warmup < 0 or threads < 1:
             raise InputError("runs and threads must be >= 1 and warmup >= 0")
         peers = PEERS if peers is None else tuple(peers)
-        if "torch_compile" in peers and warmup < 1:
-            raise InputError("torch_compile compiles on its first call: give it at least one warm-up round")
+        compiling = [p for p in peers if p in COMPILING_PEERS]
+        if compiling and warmup < 1:
+            raise InputError(f"{', '.join(compiling)} compile on the first call: give at least one warm-up round")
         policies = [p.strip() for p in buckets.split(",") if p.strip()]
         if not policies or len(set(policies)) != len(policies):
             raise InputError(f"--buckets takes one or more distinct policies, comma-separated; got {buckets!r}")
@@ -167,6 +171,7 @@ def bench(
     import torch
 
     from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.tools.peers import make_peer
     from kokoro_tvm.weights.resolve import load_kmodel
 
@@ -179,7 +184,7 @@ def bench(
     setup = {}
     for name in plan.peers:  # export / session creation outside the timed region; compile happens in the warm-up
         start = time.perf_counter()
-        setup[name] = make_peer(name, model, info.fingerprint, threads)
+        setup[name] = make_peer(name, model, info.fingerprint, threads, pack)
         setup[name].setup_s = time.perf_counter() - start
     compiled = {v: compiled_kokoro(model, info.fingerprint, v[1], buckets=plan.bucket_sets[v[0]])
                 for v in plan.variants}  # fmt: skip
@@ -188,12 +193,17 @@ def bench(
         for variant, runtime in compiled.items():
             first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
     speakers = {name: (lambda p=peer: p.speak(chunk.padded_ids, style, 1.0)) for name, peer in setup.items()}
+    peer_audio = {name: np.asarray(speak()) for name, speak in speakers.items()}  # compiling peers compile here
+    reference = run_stages(model, chunk.padded_ids, style, 1.0, ZeroNoise())
     for variant, runtime in compiled.items():
         speakers[plan.name(variant)] = lambda r=runtime: r.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
     samples = interleaved(speakers, runs, warmup)
     record = {"text": text, "voice": pack.name, "threads": threads, "runs": runs}
     record["weights_fingerprint"] = info.fingerprint
     record.update(_timings(plan, samples, setup, first, _utterance_size(model, chunk, style), len(chunk.padded_ids)))
+    durations = {name: peer.durations for name, peer in setup.items() if getattr(peer, "durations", None) is not None}
+    record["quality"] = backend_quality(reference, peer_audio, durations,
+                                        {plan.name(v): stages for v, stages in first.items()})  # fmt: skip
     if components:
         record["per_component"] = _per_component(model, compiled[plan.variants[0]], recorder.inputs, runs, warmup)
     return record
@@ -259,11 +269,13 @@ def describe_run(record: dict) -> str:
 
 
 def backend_rows(record: dict) -> list[dict]:
-    """One row per timed backend of a bench record: median, spread, RTF, its time over TVM's, one-time setup."""
+    """One row per timed backend of a bench record: median, spread, RTF, its time over TVM's, one-time setup, and
+    what its audio buys against PyTorch fp32 (tools.quality)."""
     rows = []
     for name, rtf in record["rtf"].items():
         peer = record["peers"].get(name)
         median = peer["s"] if peer else record["tvm_policies"][name]["s"]
+        quality = record.get("quality", {}).get(name, {})
         rows.append({
             "backend": name,
             "median_s": median,
@@ -271,6 +283,7 @@ def backend_rows(record: dict) -> list[dict]:
             "rtf": rtf,
             "vs_tvm": median / record["tvm_s"],
             "setup_s": peer["setup_s"] if peer else None,
+            **{key: quality.get(key) for key in ("same_noise", "durations_equal", "log_mel_l1", "pesq_wb")},
         })
     return rows
 

@@ -21,7 +21,6 @@ Backends:
 from __future__ import annotations
 
 import asyncio
-import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -33,7 +32,6 @@ from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.g2p import spacy_model_from_package
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
-from kokoro_tvm.paths import cache_dir, temporary_sibling
 from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.synthesis import TVMBackend, synthesize, synthesize_stream
 from kokoro_tvm.tools.bench import SETTLE_SECONDS, set_threads
@@ -91,20 +89,10 @@ class KokoroOnnxStream:
     """kokoro-onnx's `Kokoro.create_stream` (an async generator) on an ONNX export (default: the embedded int8
     one), drained piece by piece so each piece's arrival is timed as it comes."""
 
-    def __init__(self, voice_name: str, voice_pack: np.ndarray, threads: int, onnx_path=None):
-        from kokoro_onnx import Kokoro  # (deferred: a peer package only this benchmark uses)
+    def __init__(self, voice, threads: int, onnx_path=None):
+        from kokoro_tvm.tools.peers import kokoro_onnx
 
-        from kokoro_tvm.tools.peers import ort_session
-        from kokoro_tvm.weights.resolve import embedded_onnx
-
-        voices = cache_dir() / "kokoro_onnx" / f"{voice_name}.npz"  # the voices file its Kokoro class reads
-        voices.parent.mkdir(parents=True, exist_ok=True)
-        tmp = temporary_sibling(voices)
-        with open(tmp, "wb") as handle:  # a file object: np.savez would append .npz to a name
-            np.savez(handle, **{voice_name: np.asarray(voice_pack, dtype=np.float32)})
-        os.replace(tmp, voices)  # whole or not at all, for another process reading it
-        session = ort_session(onnx_path or embedded_onnx(), threads)
-        self.kokoro, self.voice = Kokoro.from_session(session, str(voices)), voice_name
+        self.kokoro, self.voice = kokoro_onnx(voice, threads, onnx_path), voice.name
 
     def stream(self, text: str) -> Iterable[np.ndarray]:
         loop = asyncio.new_event_loop()
@@ -163,7 +151,7 @@ def first_audio(
     for name in ("kokoro_onnx", "kokoro_onnx_fp32"):
         if name in peers:
             export = onnx_fp32_export(model, info.fingerprint) if name == "kokoro_onnx_fp32" else None
-            peer = KokoroOnnxStream(pack.name, pack.pack, threads, export)
+            peer = KokoroOnnxStream(pack, threads, export)
             starts[name] = lambda p=peer: p.stream(text)
     for _ in range(warmup):  # builds load, torch warms up
         for start in starts.values():

@@ -9,6 +9,12 @@
 - `ort_fp32`: ONNX Runtime on an ONNX export of the same fp32 weights that this project makes itself
   (`torch.onnx.export`, TorchScript exporter, opset 17, dynamic token axis), cached beside the artifacts.
 - `ort_int8`: ONNX Runtime on the embedded int8 export (the file our default weights are recovered from).
+- `kokoro_onnx`, `kokoro_onnx_fp32`: the `kokoro-onnx` package's `Kokoro.create` as its users run it (ONNX
+  Runtime underneath; its own sentence/clause splitting, pauses and silence trimming) on the embedded int8 export
+  and on our fp32 export, the voice from the official pack, on our G2P's phonemes (`is_phonemes=True`).
+- `openvino_f32`, `openvino_bf16`: OpenVINO's CPU plugin on our own conversion of the same weights, in parts
+  around the host-side durations, shapes fixed per utterance, Snake's sine as a polynomial
+  (kokoro_tvm.tools.openvino_peer). Like `torch_compile`, the first call converts and compiles (`compile_s`).
 
 Every ONNX Runtime session gets `threads` intra-op workers that do not spin (an idle spinning pool would burn a
 core while the next backend runs).
@@ -24,13 +30,18 @@ import numpy as np
 import torch
 
 from kokoro_tvm import paths
+from kokoro_tvm.compiled import check_precision
+from kokoro_tvm.config import load_vocab
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.tools.openvino_peer import OpenVinoKokoro
 from kokoro_tvm.weights.resolve import embedded_onnx
 
 log = logging.getLogger(__name__)
 
-PEERS = ("torch", "torch_compile", "ort_fp32", "ort_int8")
-FP32_PEERS = ("torch", "torch_compile", "ort_fp32")
+PEERS = ("torch", "torch_compile", "ort_fp32", "ort_int8", "kokoro_onnx", "kokoro_onnx_fp32", "openvino_f32",
+         "openvino_bf16")  # fmt: skip
+FP32_PEERS = ("torch", "torch_compile", "ort_fp32", "kokoro_onnx_fp32", "openvino_f32")
+COMPILING_PEERS = ("torch_compile", "openvino_f32", "openvino_bf16")  # compile on their first call
 ONNX_OPSET = 17
 
 
@@ -142,6 +153,34 @@ class OrtInt8(OrtPeer):
         super().__init__(embedded_onnx(), threads)
 
 
+def kokoro_onnx(voice, threads: int | None, onnx_path: Path | None = None):
+    """kokoro-onnx's `Kokoro` on `onnx_path` (default: the embedded int8 export) with the voice `voice` (a
+    frontend.voices.Voice) in the voices file its class reads, written whole into the cache."""
+    from kokoro_onnx import Kokoro  # (deferred: a peer package only the benchmarks use)
+
+    voices = paths.cache_dir() / "kokoro_onnx" / f"{voice.name}.npz"
+    voices.parent.mkdir(parents=True, exist_ok=True)
+    partial = paths.temporary_sibling(voices)
+    with open(partial, "wb") as handle:  # a file object: np.savez would append .npz to a name
+        np.savez(handle, **{voice.name: np.asarray(voice.pack, dtype=np.float32)})
+    partial.replace(voices)  # whole or not at all, for another process reading it
+    return Kokoro.from_session(ort_session(onnx_path or embedded_onnx(), threads), str(voices))
+
+
+class KokoroOnnx:
+    """`Kokoro.create(phonemes, voice, is_phonemes=True)`: the phonemes are recovered from the token ids through
+    Kokoro's vocabulary (one symbol per id), so kokoro-onnx speaks exactly our G2P's phonemes."""
+
+    def __init__(self, voice, threads: int | None, onnx_path: Path | None = None):
+        self.kokoro, self.voice = kokoro_onnx(voice, threads, onnx_path), voice
+        self.symbols = {index: symbol for symbol, index in load_vocab().items()}
+
+    def speak(self, padded_ids, style: np.ndarray, speed: float = 1.0) -> np.ndarray:
+        phonemes = "".join(self.symbols[int(i)] for i in padded_ids[1:-1])
+        audio, _rate = self.kokoro.create(phonemes, self.voice.name, speed=speed, is_phonemes=True)
+        return np.asarray(audio, dtype=np.float32)
+
+
 def torch_inputs(padded_ids, style: np.ndarray):
     """`forward_with_tokens`'s token ids [1, T] and style [1, 256] for one utterance."""
 
@@ -178,14 +217,21 @@ class TorchCompiled(TorchEager):
         return audio
 
 
-def make_peer(name: str, model, fingerprint: str, threads: int):
-    """The peer `name` (one of PEERS), an object with `speak(padded_ids, style, speed)`."""
+def make_peer(name: str, model, fingerprint: str, threads: int, voice=None):
+    """The peer `name` (one of PEERS), an object with `speak(padded_ids, style, speed)`; the kokoro-onnx peers
+    also take the voice (frontend.voices.Voice), which their class reads by name."""
     makers = {
         "torch": lambda: TorchEager(model),
         "torch_compile": lambda: TorchCompiled(model),
         "ort_fp32": lambda: OrtFp32(model, fingerprint, threads),
         "ort_int8": lambda: OrtInt8(threads),
+        "kokoro_onnx": lambda: KokoroOnnx(voice, threads),
+        "kokoro_onnx_fp32": lambda: KokoroOnnx(voice, threads, onnx_fp32_export(model, fingerprint)),
+        "openvino_f32": lambda: OpenVinoKokoro(model, threads, "f32"),
+        "openvino_bf16": lambda: OpenVinoKokoro(model, threads, "bf16"),
     }
     if name not in makers:
         raise PeerError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
+    if name == "openvino_bf16":
+        check_precision("bf16")  # a CPU without AVX512_BF16: one line, not a silent f32 run
     return makers[name]()

@@ -1,0 +1,56 @@
+"""What each `bench` backend's speed buys: its audio against PyTorch fp32 (pt.dynamic, zero SineGen noise).
+
+Per backend (`backend_quality`): whether it ran with the reference's noise (`same_noise`: TVM and OpenVINO take
+the noise as inputs; stock PyTorch, torch.compile and the ONNX exports draw their own), whether its durations
+equal the reference's (None where the backend does not expose them: then `length_equal`, the total, is what is
+known), log-mel L1 and PESQ-WB (None when the lengths differ: no sample-aligned comparison exists).
+
+`lead_over_peers`: TVM's fastest build over the fastest peer whose audio keeps PESQ-WB >= `min_pesq` (the bar every
+build of ours is held to). Only a peer that runs with the reference's noise can be held to it; one that draws its
+own noise is always counted (its PESQ mixes noise with error), so the lead is never flattered by excluding it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kokoro_tvm.evaluation import metrics
+
+SAME_NOISE_PEERS = ("openvino_f32", "openvino_bf16")  # peers that take the SineGen noise as inputs
+MIN_PESQ = 4.3  # PESQ-WB our bf16 and int8 builds keep on every notebook-07 sentence (NOTES/performance.md)
+
+
+def audio_quality(reference, audio, durations=None) -> dict:
+    """One backend's audio (and durations, where known) against the reference Stages."""
+    audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+    aligned = audio.shape == reference.audio.shape
+    return {
+        "durations_equal": None if durations is None else bool(np.array_equal(durations, reference.durations)),
+        "length_equal": aligned,
+        "log_mel_l1": metrics.log_mel_l1(reference.audio, audio) if aligned else None,
+        "pesq_wb": metrics.pesq_wb(reference.audio, audio) if aligned else None,
+    }
+
+
+def backend_quality(reference, peer_audio: dict, peer_durations: dict, tvm_stages: dict) -> dict:
+    """{backend: audio_quality + same_noise} for the peers' audio ({name: audio}, their durations where known)
+    and TVM's variants ({name: Stages}, all with the reference's noise)."""
+    quality = {}
+    for name, audio in peer_audio.items():
+        quality[name] = {"same_noise": name in SAME_NOISE_PEERS,
+                         **audio_quality(reference, audio, peer_durations.get(name))}  # fmt: skip
+    for name, stages in tvm_stages.items():
+        quality[name] = {"same_noise": True, **audio_quality(reference, stages.audio, stages.durations)}
+    return quality
+
+
+def lead_over_peers(record: dict, min_pesq: float = MIN_PESQ) -> dict | None:
+    """TVM's fastest variant over the fastest qualifying peer (module docstring): {"tvm", "peer", "ratio"}; None
+    when no peer qualifies."""
+    quality = record["quality"]
+    peers = [p for p in record["peers"] if not quality[p]["same_noise"] or (quality[p]["pesq_wb"] or 0.0) >= min_pesq]
+    if not peers:
+        return None
+    tvm = min(record["tvm_policies"], key=lambda name: record["tvm_policies"][name]["s"])
+    peer = min(peers, key=lambda name: record["peers"][name]["s"])
+    return {"tvm": tvm, "peer": peer, "ratio": record["peers"][peer]["s"] / record["tvm_policies"][tvm]["s"]}
