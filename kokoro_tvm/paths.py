@@ -17,6 +17,7 @@ from pathlib import Path
 
 CACHE_ENV = "KOKORO_TVM_CACHE"
 OUTPUTS_ENV = "KOKORO_TVM_OUTPUTS"
+RUN_DIR_ENV = "KOKORO_TVM_RUN_DIR"  # one sweep point's folder: every notebook output of that run goes there
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -35,8 +36,10 @@ def outputs_dir() -> Path:
 
 
 def notebook_output_dir(notebook: str) -> Path:
-    """outputs/<notebook>/ for one notebook's executed copy, metrics.json, figures and WAVs."""
-    path = outputs_dir() / Path(notebook).stem
+    """outputs/<notebook>/ for one notebook's executed copy, metrics.json, figures and WAVs ($KOKORO_TVM_RUN_DIR
+    instead when set: a sweep point's own folder, kokoro_tvm.scale.sweep)."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    path = Path(run_dir).expanduser() if run_dir else outputs_dir() / Path(notebook).stem
     path.mkdir(parents=True, exist_ok=True)
     return path
 

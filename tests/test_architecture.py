@@ -65,18 +65,22 @@ def _of(stage: str) -> list[str]:
 # stage -> the stages it may never import (directly or through another module)
 FORBIDDEN = {
     "base": {"frontend", "weights", "reference", "compiler", "runtime", "evaluation", "tools", "studies", "report",
-             "compiled", "synthesis", "cli"},
-    "frontend": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
-    "weights": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
-    "reference": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
-    "compiler": {"runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
-    "runtime": {"compiler", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "cli"},
-    "compiled": {"evaluation", "tools", "studies", "report", "synthesis", "cli"},
-    "evaluation": {"tools", "studies", "report", "synthesis", "cli"},
-    "synthesis": {"tools", "studies", "report", "cli"},
-    "tools": {"studies", "report", "cli"},  # the product commands (bench, gpu-check) use no study
-    "studies": {"report", "cli"},
-    "report": {"tools", "studies", "cli"},
+             "compiled", "synthesis", "scale", "cli"},
+    "frontend": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale",
+                 "cli"},
+    "weights": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale",
+                "cli"},
+    "reference": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale",
+                  "cli"},
+    "compiler": {"runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale", "cli"},
+    "runtime": {"compiler", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale", "cli"},
+    "compiled": {"evaluation", "tools", "studies", "report", "synthesis", "scale", "cli"},
+    "evaluation": {"tools", "studies", "report", "synthesis", "scale", "cli"},
+    "synthesis": {"tools", "studies", "report", "scale", "cli"},
+    "tools": {"studies", "report", "scale", "cli"},  # the product commands (bench, gpu-check) use no study
+    "studies": {"report", "scale", "cli"},
+    "report": {"tools", "studies", "scale", "cli"},
+    "scale": {"cli"},  # Dask runs of the studies and notebooks
 }  # fmt: skip
 
 

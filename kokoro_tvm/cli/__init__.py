@@ -1,4 +1,5 @@
-"""`kokoro-tvm` command line: say, compare, bench, compile, gpu-build, gpu-check, pipeline, lab, voices, weights.
+"""`kokoro-tvm` command line: say, compare, bench, compile, gpu-build, gpu-check, pipeline, lab, voices, weights,
+evaluate, sweep.
 
 Bad input (empty text, an unknown voice or symbol, a missing or corrupt weights file, an unwritable output) ends
 with one clear `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback: the project's own
@@ -8,6 +9,7 @@ its traceback.
 - `speech`: say, compare, bench (text in, audio or numbers out);
 - `builds`: compile, gpu-build, gpu-check (artifacts and device checks);
 - `project`: pipeline, lab, voices, weights (the notebooks and the inputs);
+- `scale`: evaluate, sweep (corpus evaluations and notebook sweeps on Dask);
 - `options`: the arguments several commands share, with the choices read from their one table.
 
 Each group's `COMMANDS` add its subcommands to the parser.
@@ -20,7 +22,7 @@ import logging
 import sys
 
 from kokoro_tvm import __version__
-from kokoro_tvm.cli import builds, project, speech
+from kokoro_tvm.cli import builds, project, scale, speech
 from kokoro_tvm.errors import KokoroTVMError
 
 EXIT_USAGE = 2
@@ -31,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kokoro-tvm {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (speech, builds, project):
+    for group in (speech, builds, project, scale):
         for add_command in group.COMMANDS:
             add_command(sub)
     return parser

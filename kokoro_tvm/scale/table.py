@@ -1,0 +1,95 @@
+"""The results table of a corpus evaluation: `<out>/rows/` holds one Parquet file per finished task (one row per
+sentence x voice x backend), written whole (a temporary file renamed into place), so a task's rows are there
+exactly once or not at all; reading the folder gives the one table. A rerun with the same folder skips every task
+whose file is there.
+
+Columns (`COLUMNS`): the task's key (`voice`, `sentence` index, `text`), the `backend`, then every metric of
+kokoro_tvm.studies.audio_comparison.compare_backends; a metric a row lacks (the reference has no metric against
+itself; a backend whose length differs has none) is null.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from kokoro_tvm.errors import InputError, ResourceError
+from kokoro_tvm.paths import temporary_sibling
+
+STRINGS = ("voice", "text", "backend", "transcript")
+INTEGERS = ("sentence", "samples_vs_reference")
+BOOLEANS = ("finite",)
+FLOATS = ("seconds", "wer", "wer_pocketsphinx", "snr_db", "correlation", "log_mel_l1", "mcd_db", "f0_rmse_hz",
+          "f0_rmse_cents",
+          "voicing_agreement", "pesq_wb", "stoi", "task_s")  # fmt: skip
+COLUMNS = (*STRINGS[:2], INTEGERS[0], STRINGS[2], *INTEGERS[1:], *BOOLEANS, *FLOATS, STRINGS[3])
+
+
+class TableError(ResourceError):
+    """A results folder that cannot be read (a corrupt or foreign part file)."""
+
+
+def task_key(voice: str, sentence: int) -> str:
+    """The file name stem (and Dask key) of one task: voice and sentence index."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", voice):
+        raise InputError(f"voice names are letters, digits, _ . -; got {voice!r}")
+    return f"{voice}-{sentence:06d}"
+
+
+def _schema():
+    import pyarrow as pa
+
+    types = {**dict.fromkeys(STRINGS, pa.string()), **dict.fromkeys(INTEGERS, pa.int64()),
+             **dict.fromkeys(BOOLEANS, pa.bool_()), **dict.fromkeys(FLOATS, pa.float64())}  # fmt: skip
+    return pa.schema([(name, types[name]) for name in COLUMNS])
+
+
+def _cell(value):
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None  # Parquet keeps NaN, but a metric that could not be computed is null like a missing one
+    return value
+
+
+class ResultTable:
+    """The results folder `out` (created on first write)."""
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        self.rows_dir = self.out / "rows"
+
+    def done(self) -> set[str]:
+        """The task keys whose rows are written."""
+        return {p.stem for p in self.rows_dir.glob("*.parquet")} if self.rows_dir.is_dir() else set()
+
+    def write(self, key: str, rows: list[dict]) -> Path:
+        """One task's rows as `rows/<key>.parquet`, whole or not at all."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        unknown = sorted({name for row in rows for name in row} - set(COLUMNS))
+        if unknown:
+            raise ValueError(f"rows carry columns the table does not have: {unknown}")
+        table = pa.Table.from_pylist([{name: _cell(row.get(name)) for name in COLUMNS} for row in rows], _schema())
+        self.rows_dir.mkdir(parents=True, exist_ok=True)
+        path = self.rows_dir / f"{key}.parquet"
+        partial = temporary_sibling(path)
+        pq.write_table(table, partial)
+        partial.replace(path)
+        return path
+
+    def read(self) -> list[dict]:
+        """Every row written so far, ordered by voice, sentence and backend order within a task."""
+        import pyarrow.parquet as pq
+
+        rows = []
+        for path in sorted(self.rows_dir.glob("*.parquet")) if self.rows_dir.is_dir() else []:
+            try:
+                rows.extend(pq.read_table(path, schema=_schema()).to_pylist())
+            except Exception as exc:  # pyarrow's errors name no common base: any unreadable part is one line
+                raise TableError(f"{path} is not a results file of this project ({type(exc).__name__}); delete it "
+                                 "to recompute that task") from None  # fmt: skip
+        return rows

@@ -1,0 +1,215 @@
+"""Dask runs (kokoro_tvm.scale): the results table, the sweep grid, the cluster checks against real Dask processes,
+and, with the real weights, an evaluation that loses nothing when a worker is killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kokoro_tvm.errors import InputError
+
+
+def _rows(key_sentence: int, backends=("pt_dynamic", "tvm_dynamic")) -> list[dict]:
+    return [{"voice": "af_heart", "sentence": key_sentence, "text": "A b.", "backend": b, "seconds": 1.5,
+             "samples_vs_reference": 0, "finite": True, "wer": 0.0, "transcript": "a b",
+             "pesq_wb": None if b == "pt_dynamic" else 4.6} for b in backends]  # fmt: skip
+
+
+def test_table_keeps_each_task_once_and_reads_back(tmp_path):
+    from kokoro_tvm.scale.table import ResultTable, task_key
+
+    table = ResultTable(tmp_path)
+    assert table.done() == set() and table.read() == []
+    table.write(task_key("af_heart", 3), _rows(3))
+    table.write(task_key("af_heart", 3), _rows(3))  # a task that ran twice (a retried worker): still one file
+    table.write(task_key("af_heart", 10), _rows(10))
+    assert table.done() == {"af_heart-000003", "af_heart-000010"}
+    rows = table.read()
+    assert [(r["sentence"], r["backend"]) for r in rows] == [(3, "pt_dynamic"), (3, "tvm_dynamic"),
+                                                            (10, "pt_dynamic"), (10, "tvm_dynamic")]  # fmt: skip
+    assert rows[1]["pesq_wb"] == 4.6 and rows[0]["pesq_wb"] is None and rows[0]["snr_db"] is None
+    assert not list((tmp_path / "rows").glob(".*partial"))  # no temporary file left behind
+
+
+def test_table_refuses_foreign_columns_and_names_a_corrupt_file(tmp_path):
+    from kokoro_tvm.scale.table import ResultTable, TableError, task_key
+
+    table = ResultTable(tmp_path)
+    with pytest.raises(ValueError, match="colour"):
+        table.write("af_heart-000001", [{**_rows(1)[0], "colour": "red"}])
+    with pytest.raises(InputError):
+        task_key("../etc", 1)
+    (tmp_path / "rows").mkdir(exist_ok=True)
+    (tmp_path / "rows" / "af_heart-000002.parquet").write_bytes(b"not parquet")
+    with pytest.raises(TableError, match="af_heart-000002.parquet"):
+        table.read()
+
+
+def test_grid_is_the_product_of_declared_parameters():
+    from kokoro_tvm.scale.sweep import grid, point_name
+
+    declared = {"FAST": False, "SEED": 0, "VALID_STEPS": 32}
+    points = grid([("SEED", "0,1"), ("VALID_STEPS", "16, 32")], declared, fast=True)
+    assert points == [{"SEED": a, "VALID_STEPS": b, "FAST": True} for a in (0, 1) for b in (16, 32)]
+    assert point_name({"TEXT": "a b/c", "SEED": 1}) == "TEXT=a_b_c__SEED=1"
+    assert len({point_name(p) for p in points}) == 4
+    for bad in ([("SEEDS", "0,1")], [("SEED", "0"), ("SEED", "1")], [("SEED", ",")]):
+        with pytest.raises(InputError):
+            grid(bad, declared)
+
+
+def test_sentences_and_tasks_are_checked_before_any_work(tmp_path):
+    from kokoro_tvm.scale.evaluate import plan_tasks, read_sentences
+
+    with pytest.raises(InputError, match="cannot read"):
+        read_sentences(str(tmp_path / "missing.txt"))
+    (tmp_path / "empty.txt").write_text("# nothing\n\n")
+    with pytest.raises(InputError, match="no sentence"):
+        read_sentences(str(tmp_path / "empty.txt"))
+    sentences = ["A much longer sentence than the others.", "Short.", "Middle one here.", "Tiny."]
+    tasks = plan_tasks(sentences, ["af_heart"], ("pt_dynamic", "tvm_exact", "tvm_dynamic"), limit=2, exact=1)
+    # two sentences spread over the lengths (shortest and longest); indices are their places in the source
+    assert [(t.sentence, t.backends) for t in tasks] == [(3, ("pt_dynamic", "tvm_exact", "tvm_dynamic")),
+                                                         (0, ("pt_dynamic", "tvm_dynamic"))]  # fmt: skip
+    with pytest.raises(InputError, match="unknown voice 'xx_nobody'"):
+        plan_tasks(sentences, ["xx_nobody"], ("pt_dynamic",))
+
+
+def test_an_address_nobody_answers_is_one_line(capsys):
+    from kokoro_tvm.cli import main
+
+    with socket.socket() as probe:  # a port that was just free: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.perf_counter()
+    assert main(["-q", "sweep", "03", "-p", "SEED", "0", "--scheduler", f"tcp://127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kokoro-tvm: error: no Dask scheduler answers at") and "\n" not in err, err
+    assert time.perf_counter() - started < 60  # the connect timeout (10 s), not a hang
+
+
+def test_a_bad_sweep_parameter_is_one_line(capsys):
+    from kokoro_tvm.cli import main
+
+    assert main(["-q", "sweep", "03", "-p", "VOICES", "a,b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "VOICES" in err and "VALID_STEPS" in err and "\n" not in err, err
+
+
+def test_workers_are_checked_against_this_process(tmp_path, monkeypatch):
+    """A real local cluster: matching facts pass; a worker reporting another project version, or one that cannot
+    import the function it is sent (a module only this process has: a worker without the project), is one line
+    naming the worker."""
+    from kokoro_tvm.scale.cluster import ClusterError, check_workers, dask_client, worker_facts
+
+    here = worker_facts()
+    with dask_client(workers=1) as client:  # its worker started with this process's sys.path as it was
+        (tmp_path / "only_here.py").write_text("def facts():\n    return {}\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import only_here
+
+        (worker,) = check_workers(client, here)
+        with pytest.raises(ClusterError, match=f"worker {worker} differs.*kokoro_tvm"):
+            check_workers(client, {**here, "kokoro_tvm": "0.0.0"})
+        with pytest.raises(ClusterError, match=f"worker {worker} cannot run kokoro_tvm tasks"):
+            check_workers(client, here, facts=only_here.facts)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _dask(*args: str, log: Path) -> subprocess.Popen:
+    dask = Path(sys.executable).with_name("dask")
+    return subprocess.Popen([str(dask), *args], stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+
+
+@pytest.mark.real
+def test_a_killed_worker_loses_nothing(tmp_path):
+    """A real `dask scheduler` and two `dask worker` processes; one worker is killed by its pid while tasks run.
+    Every task's rows arrive once and equal a serial in-process run's (one compute thread on both sides, so the
+    arithmetic is the same); a rerun into the same folder runs nothing."""
+    from kokoro_tvm.frontend.corpus import load_sentences
+    from kokoro_tvm.scale.evaluate import evaluate
+    from kokoro_tvm.scale.table import ResultTable
+
+    sentences = sorted(load_sentences(), key=len)[:4]
+    backends = ("pt_dynamic", "tvm_dynamic")
+    serial = evaluate(sentences, tmp_path / "serial", backends=backends, workers=0, threads=1, progress=False)
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    env_log = tmp_path / "logs"
+    env_log.mkdir()
+    scheduler = _dask("scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
+                      "--no-dashboard", log=env_log / "scheduler.log")  # fmt: skip
+    workers = [_dask("worker", address, "--nthreads", "1", "--no-dashboard", "--no-nanny",
+                     log=env_log / f"worker{i}.log") for i in range(2)]  # fmt: skip
+    try:
+        out = tmp_path / "cluster"
+
+        def kill_first_worker_once_a_task_is_done():
+            while not (out / "rows").is_dir() or not list((out / "rows").glob("*.parquet")):
+                time.sleep(0.2)
+            os.killpg(workers[0].pid, signal.SIGKILL)
+
+        import threading
+
+        killer = threading.Thread(target=kill_first_worker_once_a_task_is_done, daemon=True)
+        killer.start()
+        record = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False)
+        killer.join(timeout=1)
+        assert workers[0].poll() is not None, "the worker was not killed mid-run"
+        assert record["failed"] == {} and record["ran"] == len(sentences), record
+        rows = ResultTable(out).read()
+        keys = [(r["sentence"], r["backend"]) for r in rows]
+        assert len(keys) == len(set(keys)) == len(sentences) * len(backends)
+        expected = ResultTable(tmp_path / "serial").read()
+        drop = ("task_s",)  # wall time differs by nature
+        differ = [(a["sentence"], a["backend"], k, a[k], b[k]) for a, b in zip(rows, expected, strict=True)
+                  for k in a if k not in drop and a[k] != b[k]]  # fmt: skip
+        assert not differ, differ
+        again = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False)
+        assert again["ran"] == 0 and again["skipped"] == len(sentences)
+        assert json.loads((out / "summary.json").read_text())["summary"] == serial["summary"]
+    finally:
+        for process in (*workers, scheduler):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=30)
+
+
+@pytest.mark.notebooks
+def test_a_sweep_runs_every_point_into_its_own_folder(tmp_path):
+    """A 2 x 2 grid of notebook 03 in FAST mode on a local cluster: four executed notebooks, four metrics files,
+    one sweep table, and the report's sweep section lists the four points."""
+    from kokoro_tvm.report.index_page import build_summary, render_html
+    from kokoro_tvm.scale.sweep import sweep
+
+    out = tmp_path / "sweeps" / "03_masked_lstm"
+    record = sweep("03", [("SEED", "0,1"), ("VALID_STEPS", "16,32")], fast=True, out=out)
+    assert [row["status"] for row in record["points"]] == ["ok"] * 4, record
+    folders = {Path(row["folder"]) for row in record["points"]}
+    assert len(folders) == 4 and all(f.parent == out for f in folders)
+    for row in record["points"]:
+        folder = Path(row["folder"])
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["parameters"]["SEED"] == row["parameters"]["SEED"] and metrics["parameters"]["FAST"] is True
+        assert (folder / "03_masked_lstm.ipynb").exists() and row["claims"] == metrics["claims"]
+    summary = build_summary(tmp_path)
+    (listed,) = summary["sweeps"]
+    assert {p["point"] for p in listed["points"]} == {row["point"] for row in record["points"]}
+    assert "Sweeps" in render_html(summary)
+    bad = sweep("03", [("SEED", "0"), ("VALID_STEPS", "0,16")], fast=True, out=tmp_path / "bad")
+    failed, ok = bad["points"]  # a point whose notebook raises is recorded; the other still ran
+    assert failed["status"] == "failed" and failed["error"] and "\n" not in failed["error"], failed
+    assert ok["status"] == "ok" and ok["claims"]
