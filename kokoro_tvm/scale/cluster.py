@@ -1,7 +1,8 @@
 """The Dask client for `evaluate` and `sweep`, and the check that every worker can run the same project.
 
 `dask_client(scheduler, workers)`: without an address, a LocalCluster of `workers` worker processes (default: one per
-core), each running one task at a time (a task uses `cores // workers` compute threads: workers x threads = cores);
+two cores, THREADS_PER_TASK), each running one task at a time (a task uses `cores // workers` compute threads:
+workers x threads = cores);
 with one, the scheduler at that address (`dask scheduler`,
 then `dask worker ADDRESS` on each machine: NOTES/scale.md). A scheduler that does not answer within `timeout` is
 one `ClusterError` line.
@@ -26,6 +27,10 @@ from kokoro_tvm.errors import ResourceError
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10
+# The local cluster's default: one worker per two cores, each task on two threads. On this 2-core Zen 4, notebook
+# 07's work on 20 sentences summed to 312 s of task time as one 2-thread worker and 668 s as two 1-thread workers
+# running side by side (NOTES/scale.md): two-thread tasks scale, and two processes contend for the caches.
+THREADS_PER_TASK = 2
 CHECKED_FACTS = ("kokoro_tvm", "tvm", "weights")  # what must agree between the client and every worker
 
 
@@ -46,7 +51,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, timeou
 
     cluster = None
     if scheduler is None:
-        n = workers or cores()
+        n = workers or max(1, cores() // THREADS_PER_TASK)
         if n < 1:
             raise ClusterError(f"a local cluster needs at least one worker, got {workers}")
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
