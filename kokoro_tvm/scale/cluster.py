@@ -1,7 +1,7 @@
 """The Dask client for `evaluate` and `sweep`, and the check that every worker can run the same project.
 
 `dask_client(scheduler, workers)`: without an address, a LocalCluster of `workers` worker processes (default: one per
-two cores, THREADS_PER_TASK), each running one task at a time (a task uses `cores // workers` compute threads:
+core, THREADS_PER_TASK), each running one task at a time (a task uses `cores // workers` compute threads:
 workers x threads = cores);
 with one, the scheduler at that address (`dask scheduler`,
 then `dask worker ADDRESS` on each machine: NOTES/scale.md). A scheduler that does not answer within `timeout` is
@@ -27,10 +27,11 @@ from kokoro_tvm.errors import ResourceError
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10
-# The local cluster's default: one worker per two cores, each task on two threads. On this 2-core Zen 4, notebook
-# 07's work on 20 sentences summed to 312 s of task time as one 2-thread worker and 668 s as two 1-thread workers
-# running side by side (NOTES/scale.md): two-thread tasks scale, and two processes contend for the caches.
-THREADS_PER_TASK = 2
+# The local cluster's default: one worker per core, each task on one thread. On this 2-core Zen 4, notebook 07's work
+# on 20 sentences took 312 s in one process with two threads, 346 s on two one-thread workers and 437 s on one
+# two-thread worker (its tasks ran 1.35-1.45x slower than the same tasks in process: not explained yet;
+# NOTES/scale.md).
+THREADS_PER_TASK = 1
 CHECKED_FACTS = ("kokoro_tvm", "tvm", "weights")  # what must agree between the client and every worker
 
 
