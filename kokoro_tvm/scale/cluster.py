@@ -52,7 +52,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, timeou
 
     cluster = None
     if scheduler is None:
-        n = workers or max(1, cores() // THREADS_PER_TASK)
+        n = max(1, cores() // THREADS_PER_TASK) if workers is None else workers
         if n < 1:
             raise ClusterError(f"a local cluster needs at least one worker, got {workers}")
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,

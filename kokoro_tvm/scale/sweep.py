@@ -110,7 +110,8 @@ def sweep(notebook: str, parameters: list[tuple[str, str]], scheduler: str | Non
                 rows.append({"point": point_name(point), "parameters": point, "status": "failed", "claims": [],
                              "error": f"{type(error).__name__}: {error}".splitlines()[0]})  # fmt: skip
             log.info("sweep %s: %s %s", path.stem, rows[-1]["point"], rows[-1]["status"])
-    rows.sort(key=lambda r: [point_name(p) for p in points].index(r["point"]))
+    order = {point_name(point): index for index, point in enumerate(points)}
+    rows.sort(key=lambda row: order[row["point"]])
     record = {"notebook": path.stem, "points": rows, "seconds": time.perf_counter() - start}
     root.mkdir(parents=True, exist_ok=True)
     (root / "sweep.json").write_text(json.dumps(record, indent=1, default=str) + "\n")

@@ -200,7 +200,8 @@ def bench(
     samples = interleaved(speakers, runs, warmup)
     record = {"text": text, "voice": pack.name, "threads": threads, "runs": runs}
     record["weights_fingerprint"] = info.fingerprint
-    record.update(_timings(plan, samples, setup, first, _utterance_size(model, chunk, style), len(chunk.padded_ids)))
+    size = _utterance_size(model, chunk, style, reference)
+    record.update(_timings(plan, samples, setup, first, size, len(chunk.padded_ids)))
     durations = {name: peer.durations for name, peer in setup.items() if getattr(peer, "durations", None) is not None}
     record["quality"] = backend_quality(reference, peer_audio, durations,
                                         {plan.name(v): stages for v, stages in first.items()})  # fmt: skip
@@ -209,17 +210,15 @@ def bench(
     return record
 
 
-def _utterance_size(model, chunk, style) -> tuple[float, float]:
-    """The utterance's seconds of audio and GFLOPs, from PyTorch eager."""
+def _utterance_size(model, chunk, style, reference) -> tuple[float, float]:
+    """The utterance's seconds of audio (the reference run's: PyTorch's durations) and GFLOPs, from PyTorch eager."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from kokoro_tvm.tools.peers import TorchEager
 
-    eager = TorchEager(model)
-    audio_s = eager.speak(chunk.padded_ids, style).numel() / SAMPLE_RATE
     with FlopCounterMode(display=False) as counter:
-        eager.speak(chunk.padded_ids, style)
-    return audio_s, counter.get_total_flops() / 1e9
+        TorchEager(model).speak(chunk.padded_ids, style)
+    return reference.audio.size / SAMPLE_RATE, counter.get_total_flops() / 1e9
 
 
 def _timings(plan: _Plan, samples: dict, setup: dict, first: dict, size: tuple[float, float], tokens: int) -> dict:
