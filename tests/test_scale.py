@@ -4,6 +4,7 @@ and, with the real weights, an evaluation that loses nothing when a worker is ki
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -104,7 +105,7 @@ def test_a_bad_sweep_parameter_is_one_line(capsys):
     assert "VOICES" in err and "VALID_STEPS" in err and "\n" not in err, err
 
 
-def test_workers_are_checked_against_this_process(tmp_path, monkeypatch):
+def test_workers_are_checked_against_this_process(tmp_path, monkeypatch, caplog):
     """A real local cluster: matching facts pass; a worker reporting another project version, or one that cannot
     import the function it is sent (a module only this process has: a worker without the project), is one line
     naming the worker."""
@@ -117,6 +118,10 @@ def test_workers_are_checked_against_this_process(tmp_path, monkeypatch):
         import only_here
 
         (worker,) = check_workers(client, here)
+        assert check_workers(client, here)[worker]["allocator"] is None  # started without Dask's slow malloc setting
+        with caplog.at_level(logging.WARNING, logger="kokoro_tvm.scale.cluster"):
+            check_workers(client, here, facts=lambda: {**here, "allocator": "65536"})
+        assert f"worker {worker} runs with MALLOC_TRIM_THRESHOLD_=65536" in caplog.text
         with pytest.raises(ClusterError, match=f"worker {worker} differs.*kokoro_tvm"):
             check_workers(client, {**here, "kokoro_tvm": "0.0.0"})
         with pytest.raises(ClusterError, match=f"worker {worker} cannot run kokoro_tvm tasks"):

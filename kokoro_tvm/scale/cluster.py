@@ -27,11 +27,13 @@ from kokoro_tvm.errors import ResourceError
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10
-# The local cluster's default: one worker per core, each task on one thread. On this 2-core Zen 4, notebook 07's work
-# on 20 sentences took 312 s in one process with two threads, 346 s on two one-thread workers and 437 s on one
-# two-thread worker (its tasks ran 1.35-1.45x slower than the same tasks in process: not explained yet;
-# NOTES/scale.md).
+# The local cluster's default: one worker per core, each task on one thread (NOTES/scale.md has the measurements).
 THREADS_PER_TASK = 1
+# Dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_=65536, which fixes glibc's mmap threshold at 128 KiB:
+# every large array is a fresh mmap and its pages are faulted in again. One notebook-07 task (fp32 + int8 + the two
+# PyTorch runs) took 21-22 s on such a worker against 16-16.8 s in process or on a worker without it (2 threads, Zen 4).
+# The local cluster starts its workers without it; a remote worker that has it is named by `check_workers`.
+SLOW_ALLOCATOR_ENV = "MALLOC_TRIM_THRESHOLD_"
 CHECKED_FACTS = ("kokoro_tvm", "tvm", "weights")  # what must agree between the client and every worker
 
 
@@ -48,6 +50,7 @@ def cores() -> int:
 def dask_client(scheduler: str | None = None, workers: int | None = None, timeout: float = CONNECT_TIMEOUT_S):
     """A connected `distributed.Client` (module docstring); the local cluster, if one was started, is closed on
     exit."""
+    import dask
     from distributed import Client, LocalCluster
 
     cluster = None
@@ -55,8 +58,9 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, timeou
         n = max(1, cores() // THREADS_PER_TASK) if workers is None else workers
         if n < 1:
             raise ClusterError(f"a local cluster needs at least one worker, got {workers}")
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                               silence_logs=logging.ERROR)  # fmt: skip
+        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{SLOW_ALLOCATOR_ENV}": None}):
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                   silence_logs=logging.ERROR)  # fmt: skip
         client = Client(cluster)
     else:
         try:
@@ -85,7 +89,8 @@ def worker_facts() -> dict:
     import tvm
 
     return {"kokoro_tvm": __version__, "tvm": tvm.__version__, "weights": _weights_fingerprint(),
-            "cpu": platform.processor() or platform.machine()}  # fmt: skip
+            "cpu": platform.processor() or platform.machine(),
+            "allocator": os.environ.get(SLOW_ALLOCATOR_ENV)}  # fmt: skip
 
 
 def check_workers(client, expected: dict | None = None, facts=worker_facts) -> dict:
@@ -103,4 +108,7 @@ def check_workers(client, expected: dict | None = None, facts=worker_facts) -> d
                   if reported.get(key) != expected[key]]  # fmt: skip
         if differ:
             raise ClusterError(f"worker {worker} differs from this process: {', '.join(differ)}")
+        if reported.get("allocator") is not None:  # runs, but slower (SLOW_ALLOCATOR_ENV)
+            log.warning("worker %s runs with %s=%s (Dask's default), about 1.3x slower on this work; start its nanny "
+                        "without it (NOTES/scale.md)", worker, SLOW_ALLOCATOR_ENV, reported["allocator"])
     return reported_by
