@@ -21,6 +21,7 @@ the reference included.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
@@ -50,32 +51,53 @@ def pick_sentences(sentences: list[str], n: int) -> list[str]:
 
 
 class Speakers:
-    """Each backend as `speak(sentence) -> float32 audio`, built once."""
+    """Each backend as `speak(sentence) -> float32 audio`. The weights and voice load here; each compiled build, and
+    the ONNX Runtime session, on the first sentence that backend speaks (then kept): an `evaluate` worker running two
+    backends loads two builds, not seven."""
 
     def __init__(self, voice: str, seed: int, threads: int | None = None):
         import torch
 
-        from kokoro_tvm.compiled import compiled_kokoro
         from kokoro_tvm.compiler.bf16 import host_supports_bf16
         from kokoro_tvm.compiler.int8 import host_supports_int8
-        from kokoro_tvm.tools.peers import OrtInt8
         from kokoro_tvm.weights.resolve import load_kmodel
 
         self.model, self.weights = load_kmodel()
-        self.pack, self.noise, self.seed = load_voice(voice), SeededNoise(seed), seed
-        self.tvm_exact = compiled_kokoro(self.model, self.weights.fingerprint)
-        self.tvm_bucketed = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("bucketed"))
-        self.tvm_dynamic = compiled_kokoro(self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"))
+        self.pack, self.noise, self.seed, self.threads = load_voice(voice), SeededNoise(seed), seed, threads
         runs = {"tvm_bf16": host_supports_bf16(), "tvm_int8": host_supports_bf16() and host_supports_int8()}
-        for backend, precision in REDUCED.items():
-            setattr(self, backend, None)
-            if runs[backend]:
-                setattr(self, backend, compiled_kokoro(
-                    self.model, self.weights.fingerprint, buckets=parse_buckets("dynamic"), precision=precision
-                ))
-        self.backends = tuple(b for b in BACKENDS if b not in REDUCED or getattr(self, b) is not None)
-        self.ort = OrtInt8(threads)
+        self.backends = tuple(b for b in BACKENDS if b not in REDUCED or runs[b])
         self._torch = torch
+
+    @functools.cached_property
+    def tvm_exact(self):
+        return self._compiled()
+
+    @functools.cached_property
+    def tvm_bucketed(self):
+        return self._compiled(buckets=parse_buckets("bucketed"))
+
+    @functools.cached_property
+    def tvm_dynamic(self):
+        return self._compiled(buckets=parse_buckets("dynamic"))
+
+    @functools.cached_property
+    def tvm_bf16(self):
+        return self._compiled(buckets=parse_buckets("dynamic"), precision=REDUCED["tvm_bf16"])
+
+    @functools.cached_property
+    def tvm_int8(self):
+        return self._compiled(buckets=parse_buckets("dynamic"), precision=REDUCED["tvm_int8"])
+
+    @functools.cached_property
+    def ort(self):
+        from kokoro_tvm.tools.peers import OrtInt8
+
+        return OrtInt8(self.threads)
+
+    def _compiled(self, **options):
+        from kokoro_tvm.compiled import compiled_kokoro
+
+        return compiled_kokoro(self.model, self.weights.fingerprint, **options)
 
     def speak(self, backend: str, sentence: str) -> np.ndarray:
         from kokoro_tvm.reference.pt_dynamic import run_stages, stock_forward
@@ -87,7 +109,7 @@ class Speakers:
         elif backend == "torch_stock":
             self._torch.manual_seed(self.seed + 1)  # a different draw than the reference, but reproducible
             audio, _ = stock_forward(self.model, chunk.padded_ids, style)
-        elif backend in ("tvm_exact", "tvm_bucketed", "tvm_dynamic", *REDUCED) and getattr(self, backend):
+        elif backend in ("tvm_exact", "tvm_bucketed", "tvm_dynamic") or backend in REDUCED and backend in self.backends:
             audio = getattr(self, backend).run_stages(chunk.padded_ids, style, noise=self.noise).audio
         elif backend == "ort_int8":
             audio = self.ort.speak(chunk.padded_ids, style)
