@@ -117,7 +117,7 @@ def test_pesq_scores_audio_past_the_c_limit_by_its_worst_window():
 def test_a_backend_with_non_finite_audio_is_counted_not_scored():
     """ONNX Runtime's int8 export gives NaN audio on one of notebook 07's sentences with af_heart: the summary
     counts it and scores the rest, instead of PESQ failing on NaN."""
-    from kokoro_tvm.studies.audio_comparison import summarize
+    from kokoro_tvm.evaluation.results_table import summarize
 
     rows = [
         {"backend": "peer", "samples_vs_reference": 0, "finite": True, "wer": 0.1, "pesq_wb": 4.0},
@@ -127,3 +127,4 @@ def test_a_backend_with_non_finite_audio_is_counted_not_scored():
     (entry,) = summarize(rows)
     assert entry["non_finite"] == 1 and entry["sentences"] == 3
     assert entry["wer_mean"] == pytest.approx(0.2) and entry["pesq_wb"] == pytest.approx(3.5)
+    assert entry["pesq_wb_worst"] == 3.0 and entry["stoi_worst"] is None  # the worst sentence, where computable

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kokoro_tvm.errors import InputError
@@ -25,7 +26,7 @@ def _rows(key_sentence: int, backends=("pt_dynamic", "tvm_dynamic")) -> list[dic
 
 
 def test_table_keeps_each_task_once_and_reads_back(tmp_path):
-    from kokoro_tvm.scale.table import ResultTable, task_key
+    from kokoro_tvm.evaluation.results_table import ResultTable, task_key
 
     table = ResultTable(tmp_path)
     assert table.done() == set() and table.read() == []
@@ -41,7 +42,7 @@ def test_table_keeps_each_task_once_and_reads_back(tmp_path):
 
 
 def test_table_refuses_foreign_columns_and_names_a_corrupt_file(tmp_path):
-    from kokoro_tvm.scale.table import ResultTable, TableError, task_key
+    from kokoro_tvm.evaluation.results_table import ResultTable, TableError, task_key
 
     table = ResultTable(tmp_path)
     with pytest.raises(ValueError, match="colour"):
@@ -52,6 +53,40 @@ def test_table_refuses_foreign_columns_and_names_a_corrupt_file(tmp_path):
     (tmp_path / "rows" / "af_heart-000002.parquet").write_bytes(b"not parquet")
     with pytest.raises(TableError, match="af_heart-000002.parquet"):
         table.read()
+
+
+def test_the_report_reads_a_notebooks_results_table(tmp_path, caplog):
+    """A notebook folder with an `evaluate/` table gets a section table read from the Parquet files (per backend,
+    the worst PESQ-WB among them), not from its metrics.json; a corrupt part file drops that table, not the page."""
+    from kokoro_tvm.evaluation.results_table import ResultTable, task_key
+    from kokoro_tvm.report.index_page import build_summary, render_html
+
+    folder = tmp_path / "07_audio_comparison"
+    folder.mkdir()
+    (folder / "metrics.json").write_text(json.dumps({"parameters": {"FAST": True}, "metrics": {}, "claims": []}))
+    table = ResultTable(folder / "evaluate")
+    table.write(task_key("af_heart", 0), _rows(0))
+    table.write(task_key("af_heart", 1), [{**row, "pesq_wb": 4.1 if row["pesq_wb"] else None} for row in _rows(1)])
+    (entry,) = build_summary(tmp_path)["notebooks"]
+    by_backend = {row["backend"]: row for row in entry["evaluation"]["summary"]}
+    assert entry["evaluation"]["rows"] == 4 and entry["evaluation"]["tasks"] == 2
+    assert by_backend["tvm_dynamic"]["pesq_wb_worst"] == 4.1 and by_backend["pt_dynamic"]["pesq_wb"] is None
+    page = render_html(build_summary(tmp_path))
+    assert "Results table: 2 sentences x voices (af_heart), 4 rows" in page and "<td>4.1</td>" in page
+    (folder / "evaluate" / "rows" / "af_heart-000002.parquet").write_bytes(b"not parquet")
+    with caplog.at_level(logging.WARNING, logger="kokoro_tvm.report.index_page"):
+        (entry,) = build_summary(tmp_path)["notebooks"]
+    assert entry["evaluation"] is None and "af_heart-000002.parquet" in caplog.text
+
+
+def test_a_notebooks_scheduler_parameter_names_where_it_runs():
+    from kokoro_tvm.scale.cluster import placement
+
+    assert placement("local") == {"scheduler": None, "workers": None}
+    assert placement("in-process") == {"scheduler": None, "workers": 0}
+    assert placement("tcp://10.0.0.5:8786") == {"scheduler": "tcp://10.0.0.5:8786", "workers": None}
+    with pytest.raises(InputError, match="SCHEDULER is 'local', 'in-process' or"):
+        placement("lcoal")
 
 
 def test_grid_is_the_product_of_declared_parameters():
@@ -145,13 +180,14 @@ def test_a_killed_worker_loses_nothing(tmp_path):
     """A real `dask scheduler` and two `dask worker` processes; one worker is killed by its pid while tasks run.
     Every task's rows arrive once and equal a serial in-process run's (one compute thread on both sides, so the
     arithmetic is the same); a rerun into the same folder runs nothing."""
+    from kokoro_tvm.evaluation.results_table import ResultTable
     from kokoro_tvm.frontend.corpus import load_sentences
-    from kokoro_tvm.scale.evaluate import evaluate
-    from kokoro_tvm.scale.table import ResultTable
+    from kokoro_tvm.scale.evaluate import evaluate, task_audio
 
-    sentences = sorted(load_sentences(), key=len)[:4]
+    sentences = sorted(load_sentences(), key=len)[:3]
     backends = ("pt_dynamic", "tvm_dynamic")
-    serial = evaluate(sentences, tmp_path / "serial", backends=backends, workers=0, threads=1, progress=False)
+    serial = evaluate(sentences, tmp_path / "serial", backends=backends, workers=0, threads=1, progress=False,
+                      wav_dir=tmp_path / "serial_wav")  # fmt: skip
     address = f"tcp://127.0.0.1:{_free_port()}"
     env_log = tmp_path / "logs"
     env_log.mkdir()
@@ -171,7 +207,8 @@ def test_a_killed_worker_loses_nothing(tmp_path):
 
         killer = threading.Thread(target=kill_first_worker_once_a_task_is_done, daemon=True)
         killer.start()
-        record = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False)
+        record = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False,
+                          wav_dir=tmp_path / "wav")  # fmt: skip
         killer.join(timeout=1)
         assert workers[0].poll() is not None, "the worker was not killed mid-run"
         assert record["failed"] == {} and record["ran"] == len(sentences), record
@@ -183,6 +220,11 @@ def test_a_killed_worker_loses_nothing(tmp_path):
         differ = [(a["sentence"], a["backend"], k, a[k], b[k]) for a, b in zip(rows, expected, strict=True)
                   for k in a if k not in drop and a[k] != b[k]]  # fmt: skip
         assert not differ, differ
+        for index in range(len(sentences)):  # every backend's audio came back through Dask, equal to the serial run's
+            sent, kept = (task_audio(folder, "af_heart", index, backends) for folder in (tmp_path / "wav",
+                                                                                         tmp_path / "serial_wav"))
+            assert list(sent) == list(kept) == list(backends)
+            assert all(np.array_equal(sent[b], kept[b]) for b in backends)
         again = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False)
         assert again["ran"] == 0 and again["skipped"] == len(sentences)
         assert json.loads((out / "summary.json").read_text())["summary"] == serial["summary"]

@@ -23,7 +23,8 @@ def evaluate(args: argparse.Namespace) -> int:
     if not voices:
         raise InputError("--voices takes one or more voice names, comma-separated")
     record = run_evaluate(args.sentences, args.out, voices, args.precisions, args.limit, args.scheduler,
-                          args.workers, args.threads, progress=not args.quiet)  # fmt: skip
+                          args.workers, args.threads, progress=not args.quiet,
+                          wav_dir=f"{args.out}/wav" if args.wavs else None)  # fmt: skip
     if args.json:
         print(json.dumps(record, default=str))
         return 0
@@ -61,6 +62,8 @@ def _add_evaluate(sub) -> None:
     parser.add_argument("--precisions", default="fp32,int8", help=f"TVM builds, comma-separated, from {choices}")
     parser.add_argument("--threads", type=int, help="compute threads per task (default: cores / local workers)")
     parser.add_argument("--out", default="outputs/evaluate", help="results folder; a rerun skips what is there")
+    parser.add_argument("--wavs", action="store_true", help="also bring every backend's audio back, as float32 WAVs "
+                        "in OUT/wav/ (about 0.5 MB per backend per 5 s of speech per task)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the run's record as one JSON line")
     _add_cluster(parser)
     parser.set_defaults(func=evaluate)

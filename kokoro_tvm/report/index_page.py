@@ -16,6 +16,7 @@ import json
 import logging
 from pathlib import Path
 
+from kokoro_tvm.errors import ResourceError
 from kokoro_tvm.paths import outputs_dir
 from kokoro_tvm.report.claims import status
 
@@ -24,6 +25,9 @@ FOLD_METRICS_OVER = 8  # key-metric tables longer than this are folded (<details
 log = logging.getLogger(__name__)
 
 MAX_KEY_METRICS = 30
+EVALUATION_DIR = "evaluate"  # a notebook folder's results table (kokoro_tvm.evaluation.results_table), if it has one
+EVALUATION_COLUMNS = ("backend", "sentences", "same_length", "non_finite", "pesq_wb", "pesq_wb_worst", "stoi_worst",
+                      "mcd_db", "wer_mean")  # fmt: skip
 
 
 def key_metrics(values: dict) -> dict:
@@ -51,6 +55,7 @@ def _notebook_entry(folder: Path, root: Path) -> dict | None:
     executed = folder / f"{folder.name}.ipynb"
     return {
         "notebook": folder.name,
+        "evaluation": _evaluation(folder / EVALUATION_DIR, root),
         "parameters": record.get("parameters", {}),
         "key_metrics": key_metrics(record.get("metrics", {})),
         "claims": record.get("claims", []),
@@ -61,6 +66,35 @@ def _notebook_entry(folder: Path, root: Path) -> dict | None:
         "machine": record.get("machine", {}),
         "time_utc": record.get("time_utc"),
     }
+
+
+def _evaluation(table_dir: Path, root: Path) -> dict | None:
+    """A notebook's results table read back (one row per sentence x voice x backend): its size and the per-backend
+    summary of kokoro_tvm.evaluation.results_table, from the table itself rather than the notebook's record."""
+    from kokoro_tvm.evaluation.results_table import ResultTable, summarize  # (deferred: pyarrow)
+
+    if not (table_dir / "rows").is_dir():
+        return None
+    try:
+        rows = ResultTable(table_dir).read()
+    except ResourceError as exc:  # a corrupt part file: the rest of the report still renders
+        log.warning("skipping %s: %s", table_dir, exc)
+        return None
+    summary = [{k: entry[k] for k in EVALUATION_COLUMNS} for entry in summarize(rows)] if rows else []
+    return {"table": str(table_dir.relative_to(root)), "rows": len(rows), "tasks": len({(r["voice"], r["sentence"])
+            for r in rows}), "voices": sorted({r["voice"] for r in rows}), "summary": summary}  # fmt: skip
+
+
+def _evaluation_html(evaluation: dict | None) -> str:
+    if not evaluation:
+        return ""
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in EVALUATION_COLUMNS)
+    cells = [["n/a" if row[c] is None else _cell(row[c]) for c in EVALUATION_COLUMNS] for row in evaluation["summary"]]
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in cells)
+    return (f"<h3>Results table: {evaluation['tasks']} sentences x voices ({', '.join(evaluation['voices'])}), "
+            f"{evaluation['rows']} rows</h3><p>Read from <code>{html.escape(evaluation['table'])}</code>: medians over "
+            f"sentences, the worst PESQ-WB and STOI, the mean Whisper WER.</p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")  # fmt: skip
 
 
 def build_summary(root: Path | None = None, weights: dict | None = None) -> dict:
@@ -208,6 +242,7 @@ def render_html(summary: dict) -> str:
             + f" · ran {html.escape(str(entry['time_utc']))} at <code>{html.escape(str(entry['git_sha']))}</code></p>"
             + f"<h3>Findings: {html.escape(verdict)}</h3>"
             + (_findings_table(claims) if claims else "")
+            + _evaluation_html(entry.get("evaluation"))
             + "<details><summary>Parameters</summary>"
             + _table(entry["parameters"], ("parameter", "value"))
             + "</details>"

@@ -22,7 +22,7 @@ import os
 import platform
 
 from kokoro_tvm import __version__
-from kokoro_tvm.errors import ResourceError
+from kokoro_tvm.errors import InputError, ResourceError
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +37,24 @@ SLOW_ALLOCATOR_ENV = "MALLOC_TRIM_THRESHOLD_"
 CHECKED_FACTS = ("kokoro_tvm", "tvm", "weights")  # what must agree between the client and every worker
 
 
+LOCAL, IN_PROCESS = "local", "in-process"  # the two names `placement` takes besides an address
+
+
 class ClusterError(ResourceError):
     """No scheduler at the address, or a worker that cannot run this project's tasks."""
+
+
+def placement(where: str) -> dict:
+    """A notebook's SCHEDULER parameter as `evaluate`'s arguments: "local" (a LocalCluster sized to this machine),
+    "in-process" (no Dask: the tasks one after another here) or a scheduler's address ("tcp://host:8786")."""
+    if where == LOCAL:
+        return {"scheduler": None, "workers": None}
+    if where == IN_PROCESS:
+        return {"scheduler": None, "workers": 0}
+    if isinstance(where, str) and ":" in where:
+        return {"scheduler": where, "workers": None}
+    raise InputError(f"SCHEDULER is {LOCAL!r}, {IN_PROCESS!r} or a Dask scheduler's address such as "
+                     f"tcp://host:8786; got {where!r}")  # fmt: skip
 
 
 def cores() -> int:

@@ -2,8 +2,8 @@
 pt.dynamic, Whisper's WER included) over many sentences and voices, one Dask task per sentence and voice.
 
 - Work: `plan_tasks` turns sentences x voices into tasks (a sentence's index is its position in the source, so a
-  rerun with a larger `limit` reuses what is done); the results folder (`table.ResultTable`) is read first and
-  every task already there is skipped.
+  rerun with a larger `limit` reuses what is done); the results folder (kokoro_tvm.evaluation.results_table) is
+  read first and every task already there is skipped.
 - Workers: each process builds its `Speakers` (weights, compiled artifacts, ONNX session, Whisper) on its first task
   and keeps it (`_speakers`), never per task; it runs with `threads` intra-op threads for torch and TVM.
 - Client: the tasks go to the cluster (kokoro_tvm.scale.cluster), results are written as they finish, with a
@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kokoro_tvm.components import precision_list
+from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.evaluation.results_table import ResultTable, summarize, task_key
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import load_voice
+from kokoro_tvm.runtime.audio_io import read_wav, write_wav
 from kokoro_tvm.scale.cluster import check_workers, cores, dask_client
-from kokoro_tvm.scale.table import ResultTable, task_key
-from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences, summarize
+from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences
 
 log = logging.getLogger(__name__)
 
@@ -106,46 +108,69 @@ def _set_threads(threads: int) -> None:
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))
 
 
-def run_task(task: Task, seed: int, threads: int) -> list[dict]:
-    """One sentence and voice on every backend of the task: notebook 07's rows, keyed (runs on a worker)."""
+def run_task(task: Task, seed: int, threads: int, keep_audio: bool = False) -> tuple[list[dict], dict]:
+    """One sentence and voice on every backend of the task: (notebook 07's rows, keyed; {backend: float32 audio} if
+    `keep_audio`, else {}) (runs on a worker)."""
     start = time.perf_counter()
     _set_threads(threads)
-    rows, _audio = compare_backends(_speakers(task.voice, seed), [task.text], task.backends)
+    rows, audio = compare_backends(_speakers(task.voice, seed), [task.text], task.backends)
     seconds = time.perf_counter() - start
     for row in rows:
         row.update(voice=task.voice, sentence=task.sentence, text=task.text, task_s=seconds)
-    return rows
+    return rows, audio[0] if keep_audio else {}
 
 
-def _run_serial(tasks: list[Task], table: ResultTable, seed: int, threads: int, progress: bool) -> dict[str, str]:
+class _Results:
+    """Where a finished task's output goes: its WAVs (if asked) first, then its rows, so a task in the table has
+    its audio on disk too."""
+
+    def __init__(self, table: ResultTable, wav_dir: Path | None, seed: int):
+        self.table, self.wav_dir, self.seed = table, wav_dir, seed
+
+    def write(self, task: Task, rows: list[dict], audio: dict) -> None:
+        for backend, waveform in audio.items():  # float32 WAVs: no PCM16 clipping
+            metadata = {"text": task.text, "backend": backend, "voice": task.voice, "seed": self.seed}
+            write_wav(self.wav_dir / f"{task.key}_{backend}.wav", waveform, SAMPLE_RATE, metadata=metadata)
+        self.table.write(task.key, rows)
+
+
+def task_audio(wav_dir: Path | str, voice: str, sentence: int, backends: tuple[str, ...]) -> dict:
+    """{backend: float32 audio} of one task from the WAVs `evaluate(wav_dir=...)` wrote, in `backends`' order (those
+    it has)."""
+    paths = {backend: Path(wav_dir) / f"{task_key(voice, sentence)}_{backend}.wav" for backend in backends}
+    return {backend: read_wav(path)[0] for backend, path in paths.items() if path.exists()}
+
+
+def _run_serial(tasks: list[Task], results: _Results, seed: int, threads: int, progress: bool) -> dict[str, str]:
     from tqdm import tqdm
 
     failed = {}
     for task in tqdm(tasks, desc="evaluate", unit="task", disable=not progress):
         try:
-            table.write(task.key, run_task(task, seed, threads))
+            results.write(task, *run_task(task, seed, threads, keep_audio=results.wav_dir is not None))
         except InputError as exc:
             failed[task.key] = f"{type(exc).__name__}: {exc}"
             log.error("task %s failed: %s", task.key, failed[task.key])
     return failed
 
 
-def _run_on_cluster(tasks: list[Task], table: ResultTable, seed: int, threads: int, client, progress: bool):
-    """Submit every task, write each one's rows as it finishes: ({key: error} of the tasks that failed, the largest
-    pickled arguments sent and rows received, in bytes; `run_task` itself travels by its module path)."""
+def _run_on_cluster(tasks: list[Task], results: _Results, seed: int, threads: int, client, progress: bool):
+    """Submit every task, write each one's output as it finishes: ({key: error} of the tasks that failed, the largest
+    pickled arguments sent and results received, in bytes; `run_task` itself travels by its module path)."""
     from distributed import as_completed
     from tqdm import tqdm
 
-    futures = {client.submit(run_task, task, seed, threads, key=f"evaluate-{task.key}", pure=False): task
+    keep_audio = results.wav_dir is not None
+    futures = {client.submit(run_task, task, seed, threads, keep_audio, key=f"evaluate-{task.key}", pure=False): task
                for task in tasks}  # fmt: skip
-    sizes = {"to_worker": max(len(pickle.dumps((task, seed, threads))) for task in tasks), "back": 0}
+    sizes = {"to_worker": max(len(pickle.dumps((task, seed, threads, keep_audio))) for task in tasks), "back": 0}
     failed = {}
     for future in tqdm(as_completed(futures), total=len(futures), desc="evaluate", unit="task", disable=not progress):
         task = futures[future]
         if future.status == "finished":
-            rows = future.result()
-            sizes["back"] = max(sizes["back"], len(pickle.dumps(rows)))
-            table.write(task.key, rows)
+            rows, audio = future.result()
+            sizes["back"] = max(sizes["back"], len(pickle.dumps((rows, audio))))
+            results.write(task, rows, audio)
         else:
             error = future.exception()
             failed[task.key] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
@@ -167,13 +192,17 @@ def evaluate(
     backends: tuple[str, ...] | None = None,
     exact: int = 0,
     progress: bool = True,
+    wav_dir: Path | str | None = None,
 ) -> dict:
     """Evaluate (module docstring) into `out`; returns the run's record (also `out/summary.json`): tasks planned,
-    run, skipped and failed, seconds, where it ran, and notebook 07's summary over the planned tasks' rows."""
+    run, skipped and failed, seconds, where it ran, and notebook 07's summary over the planned tasks' rows.
+    `wav_dir`: every backend's audio of each task run is sent back too and written there as float32 WAVs
+    (`<voice>-<sentence>_<backend>.wav`)."""
     backends = tuple(backends) if backends else backends_for(precisions)
     source = read_sentences(sentences) if isinstance(sentences, str) else list(sentences)
     tasks = plan_tasks(source, list(voices), backends, limit, exact)
     table = ResultTable(Path(out))
+    results = _Results(table, Path(wav_dir) if wav_dir is not None else None, seed)
     done = table.done()
     # longest first: Dask starts tasks in submission order, so the long ones no longer end the run on one worker
     # while the others idle (20 corpus sentences on two workers: 371 s in length order, serial 312 s)
@@ -183,14 +212,14 @@ def evaluate(
     if not todo:
         where, failed = "nowhere: every task was done", {}
     elif workers == 0:
-        where, failed = "in process", _run_serial(todo, table, seed, threads or cores(), progress)
+        where, failed = "in process", _run_serial(todo, results, seed, threads or cores(), progress)
     else:
         with dask_client(scheduler, workers) as client:
             n_workers = len(check_workers(client))
             where = scheduler or f"local cluster of {n_workers} workers"
             # workers x threads = cores on the local cluster; a remote worker's share is the caller's --threads
             per_task = threads or (max(1, cores() // n_workers) if scheduler is None else 1)
-            failed, sizes = _run_on_cluster(todo, table, seed, per_task, client, progress)
+            failed, sizes = _run_on_cluster(todo, results, seed, per_task, client, progress)
     keys = {task.key for task in tasks}
     rows = [row for row in table.read() if task_key(row["voice"], row["sentence"]) in keys]
     record = {"tasks": len(tasks), "ran": len(todo) - len(failed), "skipped": len(tasks) - len(todo),

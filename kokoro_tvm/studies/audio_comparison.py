@@ -152,37 +152,6 @@ def compare_backends(speakers: Speakers, sentences: list[str], backends=None, ex
     return rows, audio
 
 
-SUMMARY_METRICS = (
-    "snr_db",
-    "correlation",
-    "log_mel_l1",
-    "mcd_db",
-    "f0_rmse_cents",
-    "voicing_agreement",
-    "pesq_wb",
-    "stoi",
-    "wer",
-    "wer_pocketsphinx",
-)
-
-
-def summarize(rows: list[dict]) -> list[dict]:
-    """Per backend: the median of each metric over the sentences where it was computable, and how many."""
-    table = []
-    for backend in dict.fromkeys(r["backend"] for r in rows):
-        mine = [r for r in rows if r["backend"] == backend]
-        entry = {"backend": backend, "sentences": len(mine)}
-        entry["same_length"] = sum(r["samples_vs_reference"] == 0 for r in mine)
-        entry["non_finite"] = sum(not r.get("finite", True) for r in mine)
-        for metric in SUMMARY_METRICS:
-            values = [r[metric] for r in mine if r.get(metric) is not None and np.isfinite(r[metric])]
-            entry[metric] = float(np.median(values)) if values else None
-        wers = [r["wer"] for r in mine if r["wer"] is not None]
-        entry["wer_mean"] = float(np.mean(wers)) if wers else None  # WER's median hides the few errors
-        table.append(entry)
-    return table
-
-
 def precision_floor(text: str = "Hello world.", voice: str = "af_heart", seed: int = 0) -> dict:
     """How far PyTorch's own float32 model is from its float64 model on one utterance (same tokens, style and
     seeded noise): the scale against which a float32 build's audio SNR must be read. Durations, audio SNR,

@@ -6,6 +6,8 @@ whose file is there.
 Columns (`COLUMNS`): the task's key (`voice`, `sentence` index, `text`), the `backend`, then every metric of
 kokoro_tvm.studies.audio_comparison.compare_backends; a metric a row lacks (the reference has no metric against
 itself; a backend whose length differs has none) is null.
+
+`summarize(rows)`: notebook 07's summary of such rows, per backend (the report reads it from the table too).
 """
 
 from __future__ import annotations
@@ -93,3 +95,41 @@ class ResultTable:
                 raise TableError(f"{path} is not a results file of this project ({type(exc).__name__}); delete it "
                                  "to recompute that task") from None  # fmt: skip
         return rows
+
+
+SUMMARY_METRICS = (
+    "snr_db",
+    "correlation",
+    "log_mel_l1",
+    "mcd_db",
+    "f0_rmse_cents",
+    "voicing_agreement",
+    "pesq_wb",
+    "stoi",
+    "wer",
+    "wer_pocketsphinx",
+)
+
+
+WORST_OF = ("pesq_wb", "stoi")  # higher is better for both
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per backend (in the rows' order): the median of each metric over the sentences where it was computable, and
+    how many; the worst PESQ-WB and STOI; the mean WER."""
+    table = []
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        mine = [r for r in rows if r["backend"] == backend]
+        entry = {"backend": backend, "sentences": len(mine)}
+        entry["same_length"] = sum(r["samples_vs_reference"] == 0 for r in mine)
+        entry["non_finite"] = sum(not r.get("finite", True) for r in mine)
+        for metric in SUMMARY_METRICS:
+            values = [r[metric] for r in mine if r.get(metric) is not None and np.isfinite(r[metric])]
+            entry[metric] = float(np.median(values)) if values else None
+        for metric in WORST_OF:  # the bars of NOTES/performance.md hold on every sentence, not on the median
+            values = [r[metric] for r in mine if r.get(metric) is not None and np.isfinite(r[metric])]
+            entry[f"{metric}_worst"] = float(min(values)) if values else None
+        wers = [r["wer"] for r in mine if r.get("wer") is not None]
+        entry["wer_mean"] = float(np.mean(wers)) if wers else None  # WER's median hides the few errors
+        table.append(entry)
+    return table
