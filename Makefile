@@ -15,7 +15,7 @@ DEMO_TEXT := The quick brown fox jumped over the lazy dog.
 # out in collection order (tests/conftest.py puts the notebook tier and the files that build its artifacts
 # first), not xdist's default of the largest file first
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: run test lab test-unit test-notebooks test-real test-slow lint clean-venv
 

@@ -39,6 +39,8 @@ def test_table_keeps_each_task_once_and_reads_back(tmp_path):
                                                             (10, "pt_dynamic"), (10, "tvm_dynamic")]  # fmt: skip
     assert rows[1]["pesq_wb"] == 4.6 and rows[0]["pesq_wb"] is None and rows[0]["snr_db"] is None
     assert not list((tmp_path / "rows").glob(".*partial"))  # no temporary file left behind
+    table.clear()  # a fresh run into the same folder (evaluate(fresh=True), notebook 07)
+    assert table.done() == set() and table.read() == []
 
 
 def test_table_refuses_foreign_columns_and_names_a_corrupt_file(tmp_path):
@@ -79,14 +81,17 @@ def test_the_report_reads_a_notebooks_results_table(tmp_path, caplog):
     assert entry["evaluation"] is None and "af_heart-000002.parquet" in caplog.text
 
 
-def test_a_notebooks_scheduler_parameter_names_where_it_runs():
-    from kokoro_tvm.scale.cluster import placement
+def test_a_scheduler_that_is_no_address_is_one_line():
+    """`--scheduler` (notebook 07's SCHEDULER) is an address, 'local' or 'in-process'; anything else is one line, at
+    once, and a sweep cannot run in process."""
+    from kokoro_tvm.scale.cluster import ClusterError, dask_client
+    from kokoro_tvm.scale.sweep import sweep
 
-    assert placement("local") == {"scheduler": None, "workers": None}
-    assert placement("in-process") == {"scheduler": None, "workers": 0}
-    assert placement("tcp://10.0.0.5:8786") == {"scheduler": "tcp://10.0.0.5:8786", "workers": None}
-    with pytest.raises(InputError, match="SCHEDULER is 'local', 'in-process' or"):
-        placement("lcoal")
+    with pytest.raises(ClusterError, match="'lcoal' is not a Dask scheduler's address .*'local' or 'in-process'"):
+        with dask_client("lcoal"):
+            pass
+    with pytest.raises(ClusterError, match="sweep runs its points on Dask"):
+        sweep("03", [("SEED", "0")], scheduler="in-process")
 
 
 def test_grid_is_the_product_of_declared_parameters():
@@ -186,7 +191,8 @@ def test_a_killed_worker_loses_nothing(tmp_path):
 
     sentences = sorted(load_sentences(), key=len)[:3]
     backends = ("pt_dynamic", "tvm_dynamic")
-    serial = evaluate(sentences, tmp_path / "serial", backends=backends, workers=0, threads=1, progress=False,
+    serial = evaluate(sentences, tmp_path / "serial", backends=backends, scheduler="in-process", threads=1,
+                      progress=False,
                       wav_dir=tmp_path / "serial_wav")  # fmt: skip
     address = f"tcp://127.0.0.1:{_free_port()}"
     env_log = tmp_path / "logs"

@@ -48,7 +48,8 @@ def sweep(args: argparse.Namespace) -> int:
 
 
 def _add_cluster(parser) -> None:
-    parser.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
+    parser.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://host:8786), 'local' (the "
+                        "default: a local cluster) or 'in-process' (no Dask, like --workers 0)")  # fmt: skip
     parser.add_argument("--workers", type=int, help="local cluster: worker processes (default: one per core); "
                         "evaluate --workers 0: in this process, no Dask")  # fmt: skip
 

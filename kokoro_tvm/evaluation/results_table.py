@@ -67,6 +67,11 @@ class ResultTable:
         """The task keys whose rows are written."""
         return {p.stem for p in self.rows_dir.glob("*.parquet")} if self.rows_dir.is_dir() else set()
 
+    def clear(self) -> None:
+        """Delete every task's rows (a fresh run into the same folder)."""
+        for path in self.rows_dir.glob("*.parquet") if self.rows_dir.is_dir() else ():
+            path.unlink()
+
     def write(self, key: str, rows: list[dict]) -> Path:
         """One task's rows as `rows/<key>.parquet`, whole or not at all."""
         import pyarrow as pa

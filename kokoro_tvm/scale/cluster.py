@@ -1,8 +1,8 @@
 """The Dask client for `evaluate` and `sweep`, and the check that every worker can run the same project.
 
-`dask_client(scheduler, workers)`: without an address, a LocalCluster of `workers` worker processes (default: one per
-core, THREADS_PER_TASK), each running one task at a time (a task uses `cores // workers` compute threads:
-workers x threads = cores);
+`dask_client(scheduler, workers)`: without an address (or with "local"), a LocalCluster of `workers` worker
+processes (default: one per core, THREADS_PER_TASK), each running one task at a time (a task uses `cores // workers`
+compute threads: workers x threads = cores);
 with one, the scheduler at that address (`dask scheduler`,
 then `dask worker ADDRESS` on each machine: NOTES/scale.md). A scheduler that does not answer within `timeout` is
 one `ClusterError` line.
@@ -22,7 +22,7 @@ import os
 import platform
 
 from kokoro_tvm import __version__
-from kokoro_tvm.errors import InputError, ResourceError
+from kokoro_tvm.errors import ResourceError
 
 log = logging.getLogger(__name__)
 
@@ -37,24 +37,11 @@ SLOW_ALLOCATOR_ENV = "MALLOC_TRIM_THRESHOLD_"
 CHECKED_FACTS = ("kokoro_tvm", "tvm", "weights")  # what must agree between the client and every worker
 
 
-LOCAL, IN_PROCESS = "local", "in-process"  # the two names `placement` takes besides an address
+LOCAL, IN_PROCESS = "local", "in-process"  # what `--scheduler` (notebook 07's SCHEDULER) takes beside an address
 
 
 class ClusterError(ResourceError):
     """No scheduler at the address, or a worker that cannot run this project's tasks."""
-
-
-def placement(where: str) -> dict:
-    """A notebook's SCHEDULER parameter as `evaluate`'s arguments: "local" (a LocalCluster sized to this machine),
-    "in-process" (no Dask: the tasks one after another here) or a scheduler's address ("tcp://host:8786")."""
-    if where == LOCAL:
-        return {"scheduler": None, "workers": None}
-    if where == IN_PROCESS:
-        return {"scheduler": None, "workers": 0}
-    if isinstance(where, str) and ":" in where:
-        return {"scheduler": where, "workers": None}
-    raise InputError(f"SCHEDULER is {LOCAL!r}, {IN_PROCESS!r} or a Dask scheduler's address such as "
-                     f"tcp://host:8786; got {where!r}")  # fmt: skip
 
 
 def cores() -> int:
@@ -70,7 +57,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, timeou
     from distributed import Client, LocalCluster
 
     cluster = None
-    if scheduler is None:
+    if scheduler in (None, LOCAL):
         n = max(1, cores() // THREADS_PER_TASK) if workers is None else workers
         if n < 1:
             raise ClusterError(f"a local cluster needs at least one worker, got {workers}")
@@ -81,7 +68,10 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, timeou
     else:
         try:
             client = Client(scheduler, timeout=timeout)
-        except (OSError, TimeoutError, ValueError) as exc:
+        except ValueError:  # no port, an unknown protocol
+            raise ClusterError(f"{scheduler!r} is not a Dask scheduler's address (tcp://host:8786), {LOCAL!r} or "
+                               f"{IN_PROCESS!r}") from None  # fmt: skip
+        except (OSError, TimeoutError) as exc:
             raise ClusterError(f"no Dask scheduler answers at {scheduler} within {timeout:g} s "
                                f"({type(exc).__name__})") from None  # fmt: skip
     try:

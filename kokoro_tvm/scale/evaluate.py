@@ -10,8 +10,8 @@ pt.dynamic, Whisper's WER included) over many sentences and voices, one Dask tas
   progress bar and its ETA. A task that fails (its worker died more often than Dask's retries allow, or its sentence
   is bad) is reported in one line and the others go on; a worker that dies mid-task has its task rerun elsewhere by
   Dask, so each task's rows arrive once.
-- `workers=0`: the same tasks in this process, one after another, no Dask (the serial baseline, and a pipeline
-  without a cluster).
+- `workers=0` or `scheduler="in-process"`: the same tasks in this process, one after another, no Dask (the serial
+  baseline, and a pipeline without a cluster); `scheduler=None` or "local": a local cluster; else an address.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from kokoro_tvm.evaluation.results_table import ResultTable, summarize, task_key
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import load_voice
 from kokoro_tvm.runtime.audio_io import read_wav, write_wav
-from kokoro_tvm.scale.cluster import check_workers, cores, dask_client
+from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, check_workers, cores, dask_client
 from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences
 
 log = logging.getLogger(__name__)
@@ -193,16 +193,22 @@ def evaluate(
     exact: int = 0,
     progress: bool = True,
     wav_dir: Path | str | None = None,
+    fresh: bool = False,
 ) -> dict:
     """Evaluate (module docstring) into `out`; returns the run's record (also `out/summary.json`): tasks planned,
     run, skipped and failed, seconds, where it ran, and notebook 07's summary over the planned tasks' rows.
     `wav_dir`: every backend's audio of each task run is sent back too and written there as float32 WAVs
-    (`<voice>-<sentence>_<backend>.wav`)."""
+    (`<voice>-<sentence>_<backend>.wav`). `fresh`: the rows already in `out` (and WAVs in `wav_dir`) are deleted
+    first, so the run shows its own results only (a notebook's run), where by default it skips the tasks done."""
     backends = tuple(backends) if backends else backends_for(precisions)
     source = read_sentences(sentences) if isinstance(sentences, str) else list(sentences)
     tasks = plan_tasks(source, list(voices), backends, limit, exact)
     table = ResultTable(Path(out))
     results = _Results(table, Path(wav_dir) if wav_dir is not None else None, seed)
+    if fresh:
+        table.clear()
+        for old in results.wav_dir.glob("*.wav") if results.wav_dir is not None else ():
+            old.unlink()
     done = table.done()
     # longest first: Dask starts tasks in submission order, so the long ones no longer end the run on one worker
     # while the others idle (20 corpus sentences on two workers: 371 s in length order, serial 312 s)
@@ -211,14 +217,15 @@ def evaluate(
     sizes = None  # bytes per task through Dask (cluster runs)
     if not todo:
         where, failed = "nowhere: every task was done", {}
-    elif workers == 0:
+    elif workers == 0 or scheduler == IN_PROCESS:
         where, failed = "in process", _run_serial(todo, results, seed, threads or cores(), progress)
     else:
+        local = scheduler in (None, LOCAL)
         with dask_client(scheduler, workers) as client:
             n_workers = len(check_workers(client))
-            where = scheduler or f"local cluster of {n_workers} workers"
+            where = f"local cluster of {n_workers} workers" if local else scheduler
             # workers x threads = cores on the local cluster; a remote worker's share is the caller's --threads
-            per_task = threads or (max(1, cores() // n_workers) if scheduler is None else 1)
+            per_task = threads or (max(1, cores() // n_workers) if local else 1)
             failed, sizes = _run_on_cluster(todo, results, seed, per_task, client, progress)
     keys = {task.key for task in tasks}
     rows = [row for row in table.read() if task_key(row["voice"], row["sentence"]) in keys]

@@ -27,7 +27,7 @@ from kokoro_tvm.errors import InputError
 from kokoro_tvm.paths import RUN_DIR_ENV, outputs_dir
 from kokoro_tvm.report.index_page import write_index
 from kokoro_tvm.report.notebook_runner import NOTEBOOK_DIR, declared_parameters, notebooks
-from kokoro_tvm.scale.cluster import check_workers, dask_client
+from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, ClusterError, check_workers, dask_client
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,8 @@ def sweep(notebook: str, parameters: list[tuple[str, str]], scheduler: str | Non
     """Run every grid point (module docstring); returns the sweep record, also written as sweep.json."""
     from distributed import as_completed
 
+    if scheduler == IN_PROCESS:
+        raise ClusterError(f"sweep runs its points on Dask: --scheduler is an address or {LOCAL!r}, not {IN_PROCESS!r}")
     (path,) = notebooks([notebook])
     points = grid(parameters, declared_parameters(path), fast)
     root = Path(out) if out else outputs_dir() / SWEEPS / path.stem
