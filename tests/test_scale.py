@@ -159,6 +159,8 @@ def test_workers_are_checked_against_this_process(tmp_path, monkeypatch, caplog)
 
         (worker,) = check_workers(client, here)
         assert check_workers(client, here)[worker]["allocator"] is None  # started without Dask's slow malloc setting
+        # our tasks hold no Dask data: a worker that paused on memory could free nothing and would stall the run
+        assert client.run(_memory_pause) == {worker: False}
         with caplog.at_level(logging.WARNING, logger="kokoro_tvm.scale.cluster"):
             check_workers(client, here, facts=lambda: {**here, "allocator": "65536"})
         assert f"worker {worker} runs with MALLOC_TRIM_THRESHOLD_=65536" in caplog.text
@@ -166,6 +168,19 @@ def test_workers_are_checked_against_this_process(tmp_path, monkeypatch, caplog)
             check_workers(client, {**here, "kokoro_tvm": "0.0.0"})
         with pytest.raises(ClusterError, match=f"worker {worker} cannot run kokoro_tvm tasks"):
             check_workers(client, here, facts=only_here.facts)
+
+
+def _memory_pause():
+    import dask
+
+    return dask.config.get("distributed.worker.memory.pause")
+
+
+def test_the_local_cluster_is_as_large_as_the_memory_holds():
+    from kokoro_tvm.scale.cluster import cores, local_workers
+
+    assert local_workers() == local_workers(0.001) == cores()  # one per core when memory is no limit
+    assert local_workers(10_000) == 1  # never fewer than one, however much each needs
 
 
 def _free_port() -> int:

@@ -49,19 +49,41 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+# Our tasks hold no Dask data, so a worker's memory is its loaded models: Dask's pause (at 80% of its share of the
+# machine) cannot free any of it and only stops the worker taking tasks; with every worker paused a run never ends
+# (notebook 07's full run did so on this 24 GiB machine, two workers at 10.8 and 9.9 GB). The local cluster's
+# workers never pause, spill or get terminated by Dask; instead there are only as many as the memory holds
+# (`memory_gb` per worker).
+NO_MEMORY_MANAGEMENT = {f"distributed.worker.memory.{key}": False for key in ("target", "spill", "pause", "terminate")}
+MEMORY_FOR_WORKERS = 0.8  # of the available memory: the rest for the client (notebook 07's kernel holds 1.6 GB)
+
+
+def local_workers(memory_gb: float | None = None) -> int:
+    """How many one-task workers this machine runs: one per THREADS_PER_TASK cores, at most as many as
+    MEMORY_FOR_WORKERS of its available memory holds at `memory_gb` each, at least one."""
+    import psutil
+
+    n = max(1, cores() // THREADS_PER_TASK)
+    if memory_gb:
+        n = min(n, max(1, int(MEMORY_FOR_WORKERS * psutil.virtual_memory().available / 2**30 // memory_gb)))
+    return n
+
+
 @contextlib.contextmanager
-def dask_client(scheduler: str | None = None, workers: int | None = None, timeout: float = CONNECT_TIMEOUT_S):
+def dask_client(scheduler: str | None = None, workers: int | None = None, timeout: float = CONNECT_TIMEOUT_S,
+                memory_gb: float | None = None):  # fmt: skip
     """A connected `distributed.Client` (module docstring); the local cluster, if one was started, is closed on
-    exit."""
+    exit. `memory_gb`: what one worker's tasks need (the local cluster's size, `local_workers`)."""
     import dask
     from distributed import Client, LocalCluster
 
     cluster = None
     if scheduler in (None, LOCAL):
-        n = max(1, cores() // THREADS_PER_TASK) if workers is None else workers
+        n = local_workers(memory_gb) if workers is None else workers
         if n < 1:
             raise ClusterError(f"a local cluster needs at least one worker, got {workers}")
-        with dask.config.set({f"distributed.nanny.pre-spawn-environ.{SLOW_ALLOCATOR_ENV}": None}):
+        settings = {f"distributed.nanny.pre-spawn-environ.{SLOW_ALLOCATOR_ENV}": None, **NO_MEMORY_MANAGEMENT}
+        with dask.config.set(settings):
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                                    silence_logs=logging.ERROR)  # fmt: skip
         client = Client(cluster)

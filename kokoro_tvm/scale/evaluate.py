@@ -95,6 +95,20 @@ def plan_tasks(sentences: list[str], voices: list[str], backends: tuple[str, ...
             for voice in voices for rank, text in enumerate(chosen)]  # fmt: skip
 
 
+# One worker's resident memory at its peak, measured (2-core Zen 4, 24 GiB, 2026-11-25, /proc/<pid>/status VmRSS):
+# 4.8 GB running the reference, stock PyTorch and the fp32 and int8 builds (`evaluate`'s default) on 20 corpus
+# sentences; 10.8 GB running notebook 07's every backend, with the exact-length builds of three lengths. Whisper,
+# the weights and the two PyTorch runs are in both.
+MEMORY_GB_DEFAULT = 5.0
+MEMORY_GB_EVERY_BACKEND = 11.0
+HEAVY_BACKENDS = {"tvm_exact", "tvm_bucketed", "ort_int8"}  # what notebook 07 adds: builds per length, ORT
+
+
+def worker_memory_gb(backends: tuple[str, ...]) -> float:
+    """What one worker running `backends` needs, from the measurements above (sizes the local cluster)."""
+    return MEMORY_GB_EVERY_BACKEND if HEAVY_BACKENDS & set(backends) else MEMORY_GB_DEFAULT
+
+
 @functools.cache
 def _speakers(voice: str, seed: int) -> Speakers:
     return Speakers(voice, seed)
@@ -221,7 +235,7 @@ def evaluate(
         where, failed = "in process", _run_serial(todo, results, seed, threads or cores(), progress)
     else:
         local = scheduler in (None, LOCAL)
-        with dask_client(scheduler, workers) as client:
+        with dask_client(scheduler, workers, memory_gb=worker_memory_gb(backends)) as client:
             n_workers = len(check_workers(client))
             where = f"local cluster of {n_workers} workers" if local else scheduler
             # workers x threads = cores on the local cluster; a remote worker's share is the caller's --threads
