@@ -95,10 +95,11 @@ def plan_tasks(sentences: list[str], voices: list[str], backends: tuple[str, ...
             for voice in voices for rank, text in enumerate(chosen)]  # fmt: skip
 
 
-# One worker's resident memory at its peak, measured (2-core Zen 4, 24 GiB, 2026-11-25, /proc/<pid>/status VmRSS):
-# 4.8 GB running the reference, stock PyTorch and the fp32 and int8 builds (`evaluate`'s default) on 20 corpus
-# sentences; 10.8 GB running notebook 07's every backend, with the exact-length builds of three lengths. Whisper,
-# the weights and the two PyTorch runs are in both.
+# One worker's resident memory at its peak, measured (2-core Zen 4, 24 GiB, 2026-11-25): 4.8 GB running the
+# reference, stock PyTorch and the fp32 and int8 builds (`evaluate`'s default) on 20 corpus sentences (the largest
+# process of that two-worker run, /usr/bin/time's maximum resident set); 10.8 GB running notebook 07's every backend
+# with the exact-length builds of three lengths (the worker's RSS, `ps`). Whisper, the weights and the two PyTorch
+# runs are in both.
 MEMORY_GB_DEFAULT = 5.0
 MEMORY_GB_EVERY_BACKEND = 11.0
 HEAVY_BACKENDS = {"tvm_exact", "tvm_bucketed", "ort_int8"}  # what notebook 07 adds: builds per length, ORT
