@@ -21,6 +21,8 @@ import logging
 import os
 import platform
 
+import psutil
+
 from kokoro_tvm import __version__
 from kokoro_tvm.errors import ResourceError
 
@@ -61,8 +63,6 @@ MEMORY_FOR_WORKERS = 0.8  # of the available memory: the rest for the client (no
 def local_workers(memory_gb: float | None = None) -> int:
     """How many one-task workers this machine runs: one per THREADS_PER_TASK cores, at most as many as
     MEMORY_FOR_WORKERS of its available memory holds at `memory_gb` each, at least one."""
-    import psutil
-
     n = max(1, cores() // THREADS_PER_TASK)
     if memory_gb:
         n = min(n, max(1, int(MEMORY_FOR_WORKERS * psutil.virtual_memory().available / 2**30 // memory_gb)))
