@@ -5,7 +5,7 @@ pt.dynamic, Whisper's WER included) over many sentences and voices, one Dask tas
   rerun with a larger `limit` reuses what is done); the results folder (kokoro_tvm.evaluation.results_table) is
   read first and every task already there is skipped.
 - Workers: each process builds its `Speakers` (weights, compiled artifacts, ONNX session, Whisper) on its first task
-  and keeps it (`_speakers`), never per task; it runs with `threads` intra-op threads for torch and TVM.
+  and keeps it (`process_speakers`), never per task; it runs with `threads` intra-op threads for torch and TVM.
 - Client: the tasks go to the cluster (kokoro_tvm.scale.cluster), results are written as they finish, with a
   progress bar and its ETA. A task that fails (its worker died more often than Dask's retries allow, or its sentence
   is bad) is reported in one line and the others go on; a worker that dies mid-task has its task rerun elsewhere by
@@ -111,7 +111,9 @@ def worker_memory_gb(backends: tuple[str, ...]) -> float:
 
 
 @functools.cache
-def _speakers(voice: str, seed: int) -> Speakers:
+def process_speakers(voice: str, seed: int) -> Speakers:
+    """This process's `Speakers` for `voice` and `seed`, built once: a worker's for all its tasks, and in process the
+    one notebook 07 also streams with, so `SCHEDULER="in-process"` loads the weights and each build once."""
     return Speakers(voice, seed)
 
 
@@ -128,7 +130,7 @@ def run_task(task: Task, seed: int, threads: int, keep_audio: bool = False) -> t
     `keep_audio`, else {}) (runs on a worker)."""
     start = time.perf_counter()
     _set_threads(threads)
-    rows, audio = compare_backends(_speakers(task.voice, seed), [task.text], task.backends)
+    rows, audio = compare_backends(process_speakers(task.voice, seed), [task.text], task.backends)
     seconds = time.perf_counter() - start
     for row in rows:
         row.update(voice=task.voice, sentence=task.sentence, text=task.text, task_s=seconds)
