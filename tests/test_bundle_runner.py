@@ -3,6 +3,8 @@ each library its recorded inputs and parameters, flags an output past the tolera
 with one line. Unit tier: a two-op Relax module, no weights; the real-weights run is tests/test_gpu_check_real.py."""
 
 import json
+import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -119,3 +121,69 @@ def test_transfer_parts_hold_every_file_within_the_limit(tmp_path):
     parts = transfer_parts(tmp_path, limit=80)
     assert sorted(name for part in parts for name in part) == sorted(sizes)
     assert all(sum(sizes[n] for n in part) <= 80 for part in parts) and len(parts) == 3  # 60+20, 50+30, 10
+
+
+class _ComputeVersion:
+    """What _register_cuda_compiler reads of a CUDA device: its compute capability (here an H100's)."""
+
+    compute_version = "9.0"
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs NVIDIA's nvcc (the GPU machine's compiler)")
+def test_cuda_libraries_are_compiled_by_nvcc_for_the_device_as_they_load():
+    """This project's TVM has no CUDA: a CUDA library holds CUDA source, and the runtime asks the
+    tvm_callback_cuda_compile callback for a binary when it loads. The runner's callback turns TVM's own
+    generated source into a fatbin for the device's architecture, without fast math."""
+    import tvm
+    import tvm_ffi
+    from tvm import te
+
+    a = te.placeholder((256,), name="a")
+    b = te.compute((256,), lambda i: tvm.tirx.sin(a[i]), name="b")
+    schedule = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+    (loop,) = schedule.get_loops(schedule.get_sblock("b"))
+    block, thread = schedule.split(loop, [None, 64])
+    schedule.bind(block, "blockIdx.x")
+    schedule.bind(thread, "threadIdx.x")
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    module = tvm.compile(schedule.mod, target=target).mod
+    source = (module.imports if hasattr(module, "imports") else module.imported_modules)[0].inspect_source()
+
+    command = bundle_runner._register_cuda_compiler(_ComputeVersion())
+    binary = bytes(tvm_ffi.get_global_func("tvm_callback_cuda_compile")(source))
+    assert "-arch=sm_90" in command and "fast_math" not in command
+    assert binary[:4] == bytes.fromhex("50ed55ba")  # a CUDA fatbin (the runtime loads it like a cubin)
+    # machine code (an ELF cubin inside), assembled for the device: the cubin keeps ptxas's "-arch sm_90"
+    assert b"\x7fELF" in binary and b"-arch sm_90" in binary
+
+
+def test_a_runtime_kit_for_another_python_carries_that_pythons_tvm_ffi(tmp_path):
+    """A GPU machine may run another Python (3.12 on the lent H100s): tvm_ffi's CPython extension must be that
+    Python's (its wheel of the same version, from the package index); tvm itself is pure Python."""
+    from kokoro_tvm.tools.gpu_bundle import runtime_kit
+
+    other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
+    runtime_kit(tmp_path / "kit", python=other)
+    tag = other.replace(".", "")
+    cores = sorted(p.name for p in (tmp_path / "kit" / "tvm_ffi").glob("core.*.so"))
+    assert cores == [f"core.cpython-{tag}-x86_64-linux-gnu.so"]
+    assert (tmp_path / "kit" / "tvm" / "lib" / "libtvm_runtime.so").is_file()
+    assert not (tmp_path / "kit" / "tvm" / "lib" / "libtvm_compiler.so").exists()
+
+
+def test_recorded_runs_prefer_this_machines_report_to_the_committed_one(tmp_path):
+    """Notebook 06 shows each device's report: a run here (outputs/gpu_check/) over the one committed from the
+    machine that had the device (NOTES/gpu_check/), each with the file it came from."""
+    from kokoro_tvm.tools.gpu_check import RECORDED_DIR, recorded_runs
+
+    here, committed = tmp_path / "outputs", tmp_path / "committed"
+    here.mkdir(), committed.mkdir()
+    (committed / "cuda.json").write_text(json.dumps({"device": "cuda", "device_name": "recorded"}))
+    (committed / "metal.json").write_text(json.dumps({"device": "metal", "device_name": "recorded"}))
+    (here / "cuda.json").write_text(json.dumps({"device": "cuda", "device_name": "here"}))
+    runs = {r["device"]: r for r in recorded_runs(here, committed)}
+    assert runs["cuda"]["device_name"] == "here" and runs["cuda"]["source"] == str(here / "cuda.json")
+    assert runs["metal"]["device_name"] == "recorded"
+    # the repository's own record: the CUDA run on the lent H200
+    shipped = {r["device"]: r for r in recorded_runs(tmp_path / "empty", RECORDED_DIR)}
+    assert shipped["cuda"]["source"] == "NOTES/gpu_check/cuda.json" and shipped["cuda"]["utterances"]

@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from kokoro_tvm.cli.options import BUCKETS_HELP, add_precision, add_weights, positive_int
+from kokoro_tvm.cli.options import BUCKETS_HELP, add_precision, add_weights, positive_int, python_version
 from kokoro_tvm.compiler.gpu_sources import build_components
 from kokoro_tvm.components import NAMES, UnknownComponentError, lengths_for
 from kokoro_tvm.errors import writing
@@ -73,9 +73,11 @@ def check_gpu(args: argparse.Namespace) -> int:
 
     gpu_bundle.check_device(args.target)
     out = Path(args.out or f"outputs/gpu_check/{args.target}")
-    if args.score:  # results of run_bundle.py from another machine, scored here
-        print(json.dumps(gpu_check.score(out / "bundle", args.score)))
-        return 0
+    if args.score:  # results of run_bundle.py from another machine, scored and reported here
+        report = gpu_check.report(out / "bundle", args.score)
+        log.info("report written to %s", gpu_check.write_report(report))
+        print(json.dumps(report))
+        return 0 if _passed(report) else 1
     if args.target != "cpu" and not args.bundle_only:
         require_device(args.target)  # before any weights load or build
     out = _output_folder(out)
@@ -83,14 +85,18 @@ def check_gpu(args: argparse.Namespace) -> int:
     utterances = gpu_bundle.default_utterances(quick=args.quick)
     if args.bundle_only:
         bundle = gpu_bundle.make_bundle(model, info.fingerprint, args.target, out / "bundle", utterances,
-                                        with_runtime=args.runtime_kit, part_bytes=args.part_mib * 2**20)  # fmt: skip
+                                        with_runtime=args.runtime_kit, part_bytes=args.part_mib * 2**20,
+                                        kit_python=args.kit_python)  # fmt: skip
         print(json.dumps({"bundle": str(out / "bundle"), "bytes": bundle["bytes"], "parts": len(bundle["parts"]),
                           "run": bundle["run"]}))  # fmt: skip
         return 0
     report = gpu_check.gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs)
     print(json.dumps(report))
-    passed = report["all_within_tolerance"] and all(u["durations_equal_cpu"] for u in report["utterances"])
-    return 0 if passed else 1
+    return 0 if _passed(report) else 1
+
+
+def _passed(report: dict) -> bool:
+    return report["all_within_tolerance"] and all(u["durations_equal_cpu"] for u in report["utterances"])
 
 
 def _add_compile(sub) -> None:
@@ -123,6 +129,8 @@ def _add_gpu_check(sub) -> None:
     parser.add_argument("--runs", type=positive_int, default=10, help="timed calls per component (default 10)")
     parser.add_argument("--bundle-only", action="store_true", help="only write the bundle (to run elsewhere)")
     parser.add_argument("--runtime-kit", action="store_true", help="with --bundle-only: carry TVM's runtime too")
+    parser.add_argument("--kit-python", metavar="X.Y", type=python_version,
+                        help="with --runtime-kit: the Python that runs it there (default: this one)")  # fmt: skip
     parser.add_argument(
         "--part-mib", type=positive_int, default=gpu_bundle.PART_BYTES // 2**20,
         help="with --bundle-only: the most one copy to the device's machine carries (bundle.json 'parts')",

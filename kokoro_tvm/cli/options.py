@@ -29,6 +29,14 @@ def positive_int(value: str) -> int:
     return number
 
 
+def python_version(value: str) -> str:
+    """A Python version as major.minor ("3.12")."""
+    parts = value.split(".")
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"must be a Python version like 3.12, got {value!r}")
+    return value
+
+
 def precision_help(names=tuple(PRECISIONS)) -> str:
     return "; ".join(f"{name}: {PRECISIONS[name].summary}" for name in names)
 

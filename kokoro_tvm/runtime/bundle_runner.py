@@ -1,7 +1,8 @@
 """Run a device check bundle (kokoro_tvm.tools.gpu_check) anywhere TVM's runtime runs: one file, standalone.
 
 Needs only numpy and TVM's runtime (`import tvm` with TVM_USE_RUNTIME_LIB=1 works: the compiler library is not
-loaded; the bundle may carry that runtime as `runtime_kit/`). It imports nothing from kokoro_tvm, so it is
+loaded; the bundle may carry that runtime as `runtime_kit/`), and for CUDA, nvcc: a CUDA library holds CUDA source,
+compiled for the device as it loads (`_register_cuda_compiler`). It imports nothing from kokoro_tvm, so it is
 copied into each bundle as `run_bundle.py` and runs on a machine that has neither this project nor torch:
 
     python run_bundle.py BUNDLE --device cuda --out RESULTS_DIR
@@ -21,8 +22,11 @@ import json
 import logging
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -153,6 +157,36 @@ def _load_device_runtime(device: str) -> None:
         raise BundleError(f"cannot load TVM's {device} runtime from {runtime_dir}: {exc}") from exc
 
 
+def _register_cuda_compiler(dev) -> str:
+    """A CUDA library built by this project holds CUDA source (the TVM wheel that builds it has no CUDA), which
+    TVM's CUDA runtime compiles when the library loads, through the `tvm_callback_cuda_compile` callback.
+    TVM's own callback (tvm.support.nvcc) needs the compiler library and compiles with fast math; this one calls
+    nvcc for the device's architecture without fast math (SineGen's sin and the LSTM gates' exp and tanh keep
+    full accuracy). Returns the command line (without file names) for results.json."""
+    import tvm_ffi
+
+    nvcc = shutil.which("nvcc") or next(
+        (str(p) for p in (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc",) if p.is_file()), None
+    )
+    if nvcc is None:
+        raise BundleError("no nvcc to compile the CUDA kernels: put CUDA's bin folder on PATH or set CUDA_HOME")
+    arch = "sm_" + str(dev.compute_version).replace(".", "")
+    flags = ["--fatbin", "-O3", f"-arch={arch}"]
+
+    def compile_source(source: str) -> bytes:
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "kernels.cu").write_text(source)
+            done = subprocess.run([nvcc, *flags, "-o", "kernels.fatbin", "kernels.cu"], cwd=tmp,
+                                  capture_output=True, text=True)  # fmt: skip
+            if done.returncode != 0:
+                raise BundleError(f"nvcc failed ({done.returncode}): {done.stderr.strip().splitlines()[:3]}")
+            return (Path(tmp) / "kernels.fatbin").read_bytes()
+
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_source, override=True)
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    return f"{nvcc} {' '.join(flags)} ({version[-1] if version else 'unknown version'})"
+
+
 def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup: int, tolerance: float):
     """One recorded call on the device: `warmup` untimed calls, `runs` timed ones, the outputs against the CPU
     build's; returns (its results row, the outputs)."""
@@ -200,17 +234,19 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
         raise BundleError(f"no {device} device on this machine")
     if bundle["device"] != device:
         raise BundleError(f"the bundle was built for {bundle['device']}, not {device}")
+    kernel_compiler = _register_cuda_compiler(dev) if device == "cuda" else None
     out_dir = Path(out_dir) if out_dir is not None else None
     if out_dir is not None:
         (out_dir / "outputs").mkdir(parents=True, exist_ok=True)
     tolerance = bundle["tolerance_rel_l2"]
-    loaded, rows = {}, []
+    loaded, load_seconds, rows = {}, {}, []
     for case in bundle["cases"]:
         key = case["library"]
         if key not in loaded:
             start = time.perf_counter()
             loaded[key] = _Component(folder, bundle["libraries"][key], dev)
-            log.info("%s loaded on %s in %.1f s", key, device, time.perf_counter() - start)
+            load_seconds[key] = time.perf_counter() - start  # with CUDA, nvcc's compile of the library's kernels
+            log.info("%s loaded on %s in %.1f s", key, device, load_seconds[key])
         row, outputs = _run_case(folder, case, loaded[key], runs, warmup, tolerance)
         rows.append(row)
         log.info("%s: worst rel L2 %.2e, %.2f ms median", row["case"], row["worst_rel_l2"], 1e3 * row["seconds_median"])
@@ -228,6 +264,8 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
         "cpu_threads": int(os.environ["TVM_NUM_THREADS"]),
         "bundle": {k: bundle[k] for k in ("device", "target", "dtype", "created")},
         "tolerance_rel_l2": tolerance,
+        "kernel_compiler": kernel_compiler,
+        "load_seconds": load_seconds,
         "cases": rows,
         "all_within_tolerance": all(r["within_tolerance"] for r in rows),
         "imported_project": any(m == "kokoro_tvm" or m.startswith("kokoro_tvm.") for m in sys.modules),

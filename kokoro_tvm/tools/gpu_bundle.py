@@ -16,8 +16,11 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
+import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,7 +28,7 @@ import numpy as np
 
 from kokoro_tvm.compiler.targets import host_target, target_for
 from kokoro_tvm.components import NAMES
-from kokoro_tvm.errors import InputError, UnsupportedError
+from kokoro_tvm.errors import InputError, ResourceError, UnsupportedError
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
@@ -45,6 +48,16 @@ TOLERANCE_REL_L2 = 1e-4
 # The most one copy to the GPU machine carries: a lent machine takes 64 MiB per command, less room for
 # bundle.json; `kokoro-tvm gpu-check --bundle-only --part-mib N` sets another.
 PART_BYTES = 63 * 2**20
+
+# A bundle's CUDA libraries run on another machine, whose CPU is unknown here: their host code (it only
+# launches kernels) is built for baseline x86-64, not for this CPU's model (znver4 code may use AVX-512).
+PORTABLE_HOST = {"kind": "llvm", "mtriple": "x86_64-pc-linux-gnu", "mcpu": "x86-64"}
+
+
+def bundle_target(device: str) -> dict:
+    """The build target of a bundle's libraries: the device's, with a portable host for CUDA."""
+    target = target_for(device)
+    return {**target, "host": dict(PORTABLE_HOST)} if device == "cuda" else target
 
 
 @dataclass(frozen=True)
@@ -102,10 +115,11 @@ def check_device(device: str) -> None:
                          "`kokoro-tvm gpu-build --target metal` generates and checks the Metal sources")  # fmt: skip
 
 
-def runtime_kit(dest: Path) -> int:
+def runtime_kit(dest: Path, python: str | None = None) -> int:
     """TVM's runtime as Python packages (tvm without its compiler library, sources or headers; tvm_ffi) under
-    `dest`; returns its size in bytes. Used with TVM_USE_RUNTIME_LIB=1 and PYTHONPATH=dest, on the same Python
-    minor version and platform as this machine."""
+    `dest`; returns its size in bytes. Used with TVM_USE_RUNTIME_LIB=1 and PYTHONPATH=dest on Linux x86-64.
+    tvm is pure Python around its libraries; tvm_ffi has a CPython extension, so for another Python
+    (`python="3.12"`) its wheel of the same version is fetched from the package index (pip download)."""
     import tvm
     import tvm_ffi
 
@@ -113,7 +127,35 @@ def runtime_kit(dest: Path) -> int:
     for package in (tvm, tvm_ffi):
         source = Path(package.__file__).parent
         shutil.copytree(source, Path(dest) / source.name, ignore=skip, dirs_exist_ok=True)
+    if python is not None and python != f"{sys.version_info.major}.{sys.version_info.minor}":
+        shutil.rmtree(Path(dest) / "tvm_ffi")
+        _unpack_wheel(_download_wheel("apache-tvm-ffi", tvm_ffi.__version__, python), Path(dest), "tvm_ffi/")
     return sum(p.stat().st_size for p in Path(dest).rglob("*") if p.is_file())
+
+
+# The manylinux tags a kit's wheel may carry (pip matches each exactly).
+_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+              "manylinux2014_x86_64")  # fmt: skip
+
+
+def _download_wheel(name: str, version: str, python: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="kit-wheel-"))
+    platforms = [arg for tag in _PLATFORMS for arg in ("--platform", tag)]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+               python, "--implementation", "cp", *platforms, "-d", str(folder), f"{name}=={version}"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    wheels = list(folder.glob("*.whl"))
+    if done.returncode != 0 or len(wheels) != 1:
+        reason = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise ResourceError(f"no {name}=={version} wheel for Python {python} on Linux x86-64: {reason}")
+    return wheels[0]
+
+
+def _unpack_wheel(wheel: Path, dest: Path, prefix: str) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(dest, members=[m for m in archive.namelist() if m.startswith(prefix)])
+    for library in dest.joinpath(prefix).rglob("*.so"):
+        library.chmod(0o755)
 
 
 def make_bundle(
@@ -126,10 +168,12 @@ def make_bundle(
     noise: str = "seeded:0",
     with_runtime: bool = False,
     part_bytes: int = PART_BYTES,
+    kit_python: str | None = None,
 ) -> dict:
     """Write a check bundle for `device` into `folder` (see the module docstring); returns bundle.json's content
     with the bundle's size. `model` is the fp32 KModel of `weights_fingerprint`; `part_bytes`: the most one
-    copy to the device's machine carries (bundle.json 'parts')."""
+    copy to the device's machine carries (bundle.json 'parts'); `kit_python`: the Python version ("3.12") of
+    the machine that runs the bundle with its runtime kit (default this one's)."""
     check_device(device)
     folder = Path(folder)
     if (folder / "bundle.json").exists():
@@ -143,7 +187,7 @@ def make_bundle(
     bundle = {
         "format": bundle_runner.BUNDLE_FORMAT,
         "device": device,
-        "target": target_for(device),
+        "target": bundle_target(device),
         "dtype": "float32",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
@@ -159,7 +203,8 @@ def make_bundle(
         "run": f"python run_bundle.py . --device {device} --out results",
     }
     if with_runtime:
-        bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit")
+        bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit", kit_python)
+        bundle["python"] = kit_python or bundle["python"]
         bundle["run"] = "TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime_kit " + bundle["run"]
     bundle["parts"] = transfer_parts(folder, part_bytes)
     (folder / "bundle.json").write_text(json.dumps(bundle, indent=1))
@@ -228,7 +273,7 @@ def _device_libraries(model, weights_fingerprint: str, device: str, folder: Path
     symbolic failures)."""
     from kokoro_tvm.compiler.build import OnDemandBuilder
 
-    builds = OnDemandBuilder(model, weights_fingerprint, "float32", target_for(device))
+    builds = OnDemandBuilder(model, weights_fingerprint, "float32", bundle_target(device))
     libraries, seconds, failures, param_names = {}, {}, {}, {}
 
     def add(key: str, component: str, artifact) -> None:

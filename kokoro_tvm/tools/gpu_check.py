@@ -26,7 +26,7 @@ from kokoro_tvm.compiler.targets import target_for
 from kokoro_tvm.components import NAMES
 from kokoro_tvm.config import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.errors import ResourceError
-from kokoro_tvm.paths import outputs_dir
+from kokoro_tvm.paths import REPO_ROOT, outputs_dir
 from kokoro_tvm.reference.stages import durations_from_logits
 from kokoro_tvm.runtime import bundle_runner
 from kokoro_tvm.runtime.devices import require_device
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 COMPONENT_FIELDS = ("case", "length", "worst_rel_l2", "within_tolerance", "seconds_median", "seconds_min",
                     "seconds_max")  # fmt: skip
 RESULTS_DIR = "gpu_check"  # under outputs/: one JSON per run (notebook 06 shows them)
+# Reports of runs on machines that had the device, committed so every clone shows them (NOTES/metal.md).
+RECORDED_DIR = REPO_ROOT / "NOTES" / "gpu_check"
 
 
 @contextlib.contextmanager
@@ -99,35 +101,62 @@ def gpu_check(
     if device != "cpu":
         require_device(device)
     folder = Path(folder)
-    bundle = make_bundle(model, weights_fingerprint, device, folder / "bundle", utterances)
+    make_bundle(model, weights_fingerprint, device, folder / "bundle", utterances)
     with bundle_errors():
-        results = bundle_runner.run_bundle(folder / "bundle", device, runs=runs, out_dir=folder / "results")
-    report = {
-        "device": device,
+        bundle_runner.run_bundle(folder / "bundle", device, runs=runs, out_dir=folder / "results")
+    result = report(folder / "bundle", folder / "results")
+    (folder / "report.json").write_text(json.dumps(result, indent=1))
+    if not keep_bundle:
+        shutil.rmtree(folder / "bundle")
+    write_report(result)
+    return result
+
+
+def report(bundle_folder, results_dir) -> dict:
+    """A device check's report from its bundle and the runner's results (run here or on another machine):
+    per component case the error against the CPU build and the latency, per utterance `score`'s rows."""
+    bundle_folder, results_dir = Path(bundle_folder), Path(results_dir)
+    with bundle_errors():
+        bundle = bundle_runner.read_bundle(bundle_folder)
+        results = json.loads((results_dir / "results.json").read_text())
+    return {
+        "device": results["device"],
         "device_name": results["device_name"],
         "host": results["host"],
+        "tvm_runtime_only": results.get("tvm_runtime_only"),
+        "kernel_compiler": results.get("kernel_compiler"),
+        "load_seconds": results.get("load_seconds"),
         "tolerance_rel_l2": results["tolerance_rel_l2"],
         "all_within_tolerance": results["all_within_tolerance"],
         "components": [{k: c[k] for k in COMPONENT_FIELDS} for c in results["cases"]],
-        "utterances": score(folder / "bundle", folder / "results")["utterances"],
-        "bundle_bytes": bundle["bytes"],
+        "utterances": score(bundle_folder, results_dir)["utterances"],
+        "target": bundle["target"],
+        "symbolic_failures": bundle.get("symbolic_failures", {}),
+        "bundle_bytes": sum(p.stat().st_size for p in bundle_folder.rglob("*") if p.is_file()),
         "build_seconds": bundle["build_seconds"],
-        "runs": runs,
+        "runs": results["cases"][0]["runs"] if results["cases"] else 0,
     }
-    (folder / "report.json").write_text(json.dumps(report, indent=1))
-    if not keep_bundle:
-        shutil.rmtree(folder / "bundle")
-    shared = outputs_dir() / RESULTS_DIR / f"{device}.json"
+
+
+def write_report(result: dict) -> Path:
+    """outputs/gpu_check/<device>.json, which notebook 06 shows."""
+    shared = outputs_dir() / RESULTS_DIR / f"{result['device']}.json"
     shared.parent.mkdir(parents=True, exist_ok=True)
-    shared.write_text(json.dumps(report, indent=1))
-    return report
+    shared.write_text(json.dumps(result, indent=1))
+    return shared
 
 
-def recorded_runs(directory=None) -> list[dict]:
-    """Every report under outputs/gpu_check/ (notebook 06), one per device that was checked."""
-
+def recorded_runs(directory=None, recorded=RECORDED_DIR) -> list[dict]:
+    """One report per checked device (notebook 06): this machine's under outputs/gpu_check/, else the one
+    committed under NOTES/gpu_check/; each with "source", the file it came from."""
     directory = Path(directory) if directory is not None else outputs_dir() / RESULTS_DIR
-    return [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    reports = {}
+    for folder in (Path(recorded), directory):  # a run here replaces the committed report of its device
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            report = json.loads(path.read_text())
+            source = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+            reports[report["device"]] = {**report, "source": str(source)}
+    return list(reports.values())
 
 
 def symbolic_build_status(model, weights_fingerprint: str, device: str) -> list[dict]:
