@@ -125,3 +125,73 @@ def test_launches_of_the_gpu_lstm_kernel():
 def test_gpu_cli_errors_are_one_line(args, message):
     done = subprocess.run([sys.executable, "-m", "kokoro_tvm.cli", *args], capture_output=True, text=True)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def _row_mean(frames):
+    """y[c] = sum_t x[c, t] * w[t]: the masked AdaIN's mean over time, which dlight's GEMV rule schedules."""
+    from tvm import te
+
+    x, w = te.placeholder((1, 512, frames), name="x"), te.placeholder((frames,), name="w")
+    t = te.reduce_axis((0, frames), name="t")
+    y = te.compute((1, 512), lambda b, c: te.sum(x[b, c, t] * w[t], axis=t), name="y")
+    return te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")
+
+
+def test_gpu_rules_stay_within_a_blocks_shared_memory():
+    """dlight's GEMV rule caches whole rows in shared memory: over 7712 decoder frames that is 482 KiB, which
+    ptxas refuses (48 KiB per block). Guarded, the GEMV schedule is refused there and the next rule
+    (Reduction) takes the function; a short row keeps GEMV's schedule."""
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.compiler.schedule.gpu import DEFAULT_SHARED_BYTES, WithinSharedMemory, shared_bytes
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    with target:
+        long_gemv = dlight.gpu.GEMV().apply(_row_mean(7712), target, False)
+        assert shared_bytes(long_gemv.mod) == 16 * 7712 * 4 > DEFAULT_SHARED_BYTES  # 16 rows a block
+        assert WithinSharedMemory(dlight.gpu.GEMV()).apply(_row_mean(7712), target, False) is None
+        reduction = WithinSharedMemory(dlight.gpu.Reduction()).apply(_row_mean(7712), target, False)
+        assert reduction is not None and shared_bytes(reduction.mod) == 0
+        short = WithinSharedMemory(dlight.gpu.GEMV()).apply(_row_mean(100), target, False)
+        assert short is not None and 0 < shared_bytes(short.mod) <= DEFAULT_SHARED_BYTES
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA sources not compiled")
+def test_the_nvcc_check_assembles_so_resource_limits_fail_it():
+    """PTX alone accepted the decoder whose kernel needed 482 KiB of shared memory; ptxas refuses it."""
+    source = """extern "C" __global__ void too_much(float* out) {
+      __shared__ float rows[20000];  // 80 000 bytes, over the 48 KiB a block may have
+      rows[threadIdx.x] = threadIdx.x;
+      __syncthreads();
+      out[threadIdx.x] = rows[19999 - threadIdx.x];
+    }"""
+    verdict = nvcc_check(source, "sm_90")
+    assert verdict["status"] == "failed" and "too much shared data" in " ".join(verdict["errors"])
+    assert nvcc_check(source.replace("20000", "2000").replace("19999", "1999"), "sm_90")["status"] == "compiled"
+
+
+def test_symbolic_gpu_reductions_across_threads_are_combined_not_raced():
+    """A LayerNorm mean over 512 channels for a symbolic number of rows, scheduled by dlight with the threads of
+    a block splitting each row. CompactSymbolicBuffers lowers blocks early (for the CPU's register tiles); it
+    must first lower the cross-thread reduction, as TVM's own lowering does, or every thread adds into one
+    shared float at once (a race: on an H200 the symbolic duration and text encoder were wrong by 4-100%)."""
+    from tvm import te, tirx
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.compiler.schedule.gpu import rules
+    from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers
+
+    tiles = tirx.Var("tiles", "int64")
+    x = te.placeholder((1, tiles * 8, 512), name="x")
+    c = te.reduce_axis((0, 512), name="c")
+    total = te.compute((1, tiles * 8), lambda b, t: te.sum(x[b, t, c], axis=c), name="total")
+    y = te.compute((1, tiles * 8, 512), lambda b, t, k: x[b, t, k] - total[b, t] / 512.0, name="y")
+    func = te.create_prim_func([x, y])
+    func = tirx.PrimFunc([*func.params, tiles], func.body, attrs=func.attrs)  # the size as a scalar parameter
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    with target:
+        mod = dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+        mod = CompactSymbolicBuffers()(mod)
+        module = tvm.compile(mod, target=target).mod
+    source = (module.imports if hasattr(module, "imports") else module.imported_modules)[0].inspect_source()
+    assert "__shfl_down_sync" in source  # the threads' partial sums combined by a warp reduction

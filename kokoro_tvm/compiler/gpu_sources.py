@@ -188,25 +188,25 @@ def nvcc_unavailable(checks: list[dict]) -> str | None:
 
 
 def nvcc_check(source: str, arch: str = "sm_80") -> dict:
-    """Compile CUDA source to PTX with nvcc: a real compiler's verdict on the generated code without a GPU."""
+    """Compile CUDA source to PTX and assemble it for `arch` with nvcc (ptxas): a real compiler's verdict on the
+    generated code without a GPU, resource limits included (ptxas alone refuses a kernel that needs more
+    shared memory than a block may have)."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return {"status": "skipped: nvcc not found"}
     with tempfile.TemporaryDirectory() as tmp:
-        cu, ptx = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.ptx"
+        cu, ptx, cubin = Path(tmp) / "kernels.cu", Path(tmp) / "kernels.ptx", Path(tmp) / "kernels.cubin"
         cu.write_text(source)
         start = time.perf_counter()
-        done = subprocess.run(
-            [nvcc, "-w", "-ptx", f"-arch={arch}", "-o", str(ptx), str(cu)], capture_output=True, text=True
-        )  # fmt: skip  (-w: TVM's unused-variable warnings drown the errors)
-        seconds = time.perf_counter() - start
-        if done.returncode != 0:
-            messages = re.findall(r"error: (.*)", done.stderr)
-            distinct = {m: messages.count(m) for m in dict.fromkeys(messages)}
-            return {"status": "failed", "arch": arch, "seconds": seconds, "errors": distinct,
-                    "first_error": done.stderr.strip()[:1500]}  # fmt: skip
+        for step in (["-ptx", "-o", str(ptx), str(cu)], ["-cubin", "-o", str(cubin), str(ptx)]):
+            done = subprocess.run([nvcc, "-w", f"-arch={arch}", *step], capture_output=True, text=True)
+            if done.returncode != 0:  # (-w: TVM's unused-variable warnings drown the errors)
+                messages = re.findall(r"error\s*: (.*)", done.stderr)
+                distinct = {m: messages.count(m) for m in dict.fromkeys(messages)}
+                return {"status": "failed", "arch": arch, "seconds": time.perf_counter() - start, "errors": distinct,
+                        "first_error": done.stderr.strip()[:1500]}  # fmt: skip
         entries = len(re.findall(r"^\.visible \.entry ", ptx.read_text(), re.M))
-    return {"status": "compiled", "arch": arch, "seconds": seconds, "ptx_entries": entries}
+    return {"status": "compiled", "arch": arch, "seconds": time.perf_counter() - start, "ptx_entries": entries}
 
 
 def build_components(model, kind: str, lengths: dict[str, int], folder: Path, export: bool = False) -> dict:

@@ -122,6 +122,10 @@ def CompactSymbolicBuffers():  # noqa: N802 (TVM pass naming)
 
     compact = tvm.transform.Sequential(
         [
+            # first, as in TVM's own lowering: a GPU reduction across threads is found by its block, which the
+            # steps below make opaque (after them a CUDA build summed into shared memory from every thread at
+            # once, a race that gave the symbolic duration and text encoder wrong outputs on an H200)
+            s_tir.transform.LowerCrossThreadReduction(),
             s_tir.transform.LowerInitBlock(),
             s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
             s_tir.transform.ConvertBlocksToOpaque(),

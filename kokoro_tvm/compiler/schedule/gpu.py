@@ -16,7 +16,7 @@ import linecache
 import sys
 
 import tvm
-from tvm import tirx
+from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 
 from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
@@ -71,7 +71,8 @@ class CountingRule:
     """A dlight rule that counts the functions it schedules into `counts[name]` (the GPU schedule coverage)."""
 
     def __init__(self, rule, counts: dict[str, int]):
-        self.rule, self.counts, self.name = rule, counts, type(rule).__name__
+        self.rule, self.counts = rule, counts
+        self.name = type(getattr(rule, "rule", rule)).__name__  # the dlight rule's name, through a guard
 
     def apply(self, func, target, tunable):
         schedule = self.rule.apply(func, target, tunable)
@@ -80,13 +81,55 @@ class CountingRule:
         return schedule
 
 
+# What a thread block may hold in static shared memory where the target does not say (CUDA's and dlight's
+# default; ptxas refuses more: "uses too much shared data").
+DEFAULT_SHARED_BYTES = 48 * 1024
+
+# The lowering steps that give each block's shared buffers their final (compacted) size.
+_COMPACTING = (s_tir.transform.LowerCrossThreadReduction, s_tir.transform.LowerInitBlock,
+               s_tir.transform.PlanAndUpdateBufferAllocationLocation, s_tir.transform.ConvertBlocksToOpaque,
+               s_tir.transform.CompactBufferAllocation, s_tir.transform.LowerOpaqueBlock,
+               tirx.transform.FlattenBuffer)  # fmt: skip
+
+
+def shared_bytes(mod: tvm.IRModule) -> int | None:
+    """The most static shared memory any function of a scheduled module allocates (None: a symbolic size)."""
+    lowered = tvm.transform.Sequential([make() for make in _COMPACTING])(mod)
+    try:
+        sizes = s_tir.analysis.calculate_allocated_bytes(lowered)
+    except tvm.error.TVMError:  # an allocation of symbolic size
+        return None
+    return max((int(scopes.get("shared", 0)) for scopes in sizes.values()), default=0)
+
+
+class WithinSharedMemory:
+    """A dlight rule whose schedule is refused (the next rule tries) where it needs more static shared memory
+    than one block may have. dlight's GEMV rule caches whole rows in shared memory: the masked AdaIN's
+    mean over 7712 decoder frames took 482 KiB, and ptxas refused the decoder."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def apply(self, func, target, tunable):
+        schedule = self.rule.apply(func, target, tunable)
+        if schedule is None:
+            return None
+        limit = int(target.attrs.get("max_shared_memory_per_block", DEFAULT_SHARED_BYTES))
+        for candidate in schedule if isinstance(schedule, list) else [schedule]:
+            used = shared_bytes(candidate.mod)
+            if used is None or used > limit:
+                return None
+        return schedule
+
+
 def rules(counts: dict[str, int] | None = None):
-    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them; with `counts`, each counts the
-    functions it schedules."""
+    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them, each within the shared-memory limit;
+    with `counts`, each counts the functions it schedules."""
 
     chosen = [dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
               dlight.gpu.Fallback()]  # fmt: skip
-    return chosen if counts is None else [CountingRule(rule, counts) for rule in chosen]
+    guarded = [WithinSharedMemory(rule) for rule in chosen]
+    return guarded if counts is None else [CountingRule(rule, counts) for rule in guarded]
 
 
 def count_hand_written(counts: dict[str, int]):
