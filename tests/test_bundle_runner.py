@@ -55,6 +55,7 @@ def _bundle(folder, library, expected_scale=1.0, device="cpu"):
                                "param_names": ["w"], "length_tile": None, "transform_params": None}},
         "cases": [{"name": "one", "utterance": "u", "component": "tiny", "library": "tiny", "length": 3,
                    "tiles": None, "inputs": "cases/one.npz", "n_inputs": 1, "n_outputs": 2}],
+        "run": f"python3 run_bundle.py . --device {device} --out results",
     }  # fmt: skip
     (folder / "bundle.json").write_text(json.dumps(bundle))
     return folder
@@ -187,3 +188,36 @@ def test_recorded_runs_prefer_this_machines_report_to_the_committed_one(tmp_path
     # the repository's own record: the CUDA run on the lent H200
     shipped = {r["device"]: r for r in recorded_runs(tmp_path / "empty", RECORDED_DIR)}
     assert shipped["cuda"]["source"] == "NOTES/gpu_check/cuda.json" and shipped["cuda"]["utterances"]
+
+
+def test_a_bundle_travels_as_an_xz_archive_in_parts_and_unpacks_with_its_own_command(tmp_path, tiny_library):
+    """The archive's parts each fit the limit; joined, they match transfer.json's sha256, and its unpack command
+    (cat and Python's tarfile, nothing else) gives back every file: .npz files with the same arrays, stored
+    uncompressed inside so xz can compress them; the rest byte for byte."""
+    import hashlib
+    import subprocess
+
+    from kokoro_tvm.tools.bundle_transfer import ARCHIVE, archive
+
+    folder = _bundle(tmp_path / "b", tiny_library)
+    rng = np.random.default_rng(3)
+    np.savez_compressed(folder / "params" / "big.npz", w=rng.integers(-127, 128, 300_000).astype(np.float32))
+    limit = 64 * 1024
+    transfer = archive(folder, tmp_path / "transfer", limit)
+    parts = [tmp_path / "transfer" / name for name in transfer["parts"]]
+    assert len(parts) > 1 and all(p.stat().st_size <= limit for p in parts)
+    assert hashlib.sha256(b"".join(p.read_bytes() for p in parts)).hexdigest() == transfer["sha256"]
+    there = tmp_path / "there"
+    there.mkdir()
+    for p in parts:
+        (there / p.name).write_bytes(p.read_bytes())
+    subprocess.run(transfer["unpack"], shell=True, cwd=there, check=True, capture_output=True)
+    assert (there / ARCHIVE).is_file()
+    for original in (p for p in folder.rglob("*") if p.is_file()):
+        copy = there / "bundle" / original.relative_to(folder)
+        if original.suffix == ".npz":
+            with np.load(original) as a, np.load(copy) as b:
+                assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+        else:
+            assert copy.read_bytes() == original.read_bytes()
+    assert transfer["run"].startswith("cd bundle && python3 run_bundle.py")

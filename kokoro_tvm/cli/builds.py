@@ -13,7 +13,7 @@ from kokoro_tvm.components import NAMES, UnknownComponentError, lengths_for
 from kokoro_tvm.errors import writing
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.runtime.devices import DEVICES, require_device
-from kokoro_tvm.tools import gpu_bundle, gpu_check
+from kokoro_tvm.tools import bundle_transfer, gpu_bundle, gpu_check
 
 log = logging.getLogger("kokoro_tvm.cli")
 
@@ -87,8 +87,12 @@ def check_gpu(args: argparse.Namespace) -> int:
         bundle = gpu_bundle.make_bundle(model, info.fingerprint, args.target, out / "bundle", utterances,
                                         with_runtime=args.runtime_kit, part_bytes=args.part_mib * 2**20,
                                         kit_python=args.kit_python)  # fmt: skip
-        print(json.dumps({"bundle": str(out / "bundle"), "bytes": bundle["bytes"], "parts": len(bundle["parts"]),
-                          "run": bundle["run"]}))  # fmt: skip
+        summary = {"bundle": str(out / "bundle"), "bytes": bundle["bytes"], "parts": len(bundle["parts"]),
+                   "run": bundle["run"]}  # fmt: skip
+        if args.archive:  # one xz archive in parts of --part-mib, with the command that unpacks it there
+            summary["transfer"] = {"folder": str(out / "transfer"),
+                                   **bundle_transfer.archive(out / "bundle", out / "transfer", args.part_mib * 2**20)}
+        print(json.dumps(summary))
         return 0
     report = gpu_check.gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs)
     print(json.dumps(report))
@@ -135,6 +139,8 @@ def _add_gpu_check(sub) -> None:
         "--part-mib", type=positive_int, default=gpu_bundle.PART_BYTES // 2**20,
         help="with --bundle-only: the most one copy to the device's machine carries (bundle.json 'parts')",
     )  # fmt: skip
+    parser.add_argument("--archive", action="store_true",
+                        help="with --bundle-only: also an xz archive of the bundle in parts of --part-mib (transfer/)")
     parser.add_argument("--score", metavar="RESULTS", help="score run_bundle.py's results folder against OUT/bundle")
     add_weights(parser)
     parser.set_defaults(func=check_gpu)

@@ -5,7 +5,7 @@ loaded; the bundle may carry that runtime as `runtime_kit/`), and for CUDA, nvcc
 compiled for the device as it loads (`_register_cuda_compiler`). It imports nothing from kokoro_tvm, so it is
 copied into each bundle as `run_bundle.py` and runs on a machine that has neither this project nor torch:
 
-    python run_bundle.py BUNDLE --device cuda --out RESULTS_DIR
+    python3 run_bundle.py BUNDLE --device cuda --out RESULTS_DIR
 
 For every component it loads the library on the device, uploads the parameters once, and for every recorded
 case (the exact inputs that component received from the CPU build while speaking an utterance) runs it:

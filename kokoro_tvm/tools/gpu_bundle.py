@@ -200,7 +200,7 @@ def make_bundle(
         "cases": cases,
         "utterances": spoken,
         "build_seconds": build_seconds,
-        "run": f"python run_bundle.py . --device {device} --out results",
+        "run": f"python3 run_bundle.py . --device {device} --out results",
     }
     if with_runtime:
         bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit", kit_python)
