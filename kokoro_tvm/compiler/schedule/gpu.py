@@ -92,13 +92,11 @@ _COMPACTING = (s_tir.transform.LowerCrossThreadReduction, s_tir.transform.LowerI
                tirx.transform.FlattenBuffer)  # fmt: skip
 
 
-def shared_bytes(mod: tvm.IRModule) -> int | None:
-    """The most static shared memory any function of a scheduled module allocates (None: a symbolic size)."""
+def shared_bytes(mod: tvm.IRModule) -> int:
+    """The most shared memory any function of a scheduled module allocates, per block, once its buffers are
+    compacted (TVM's count: an allocation of symbolic size counts 0 bytes)."""
     lowered = tvm.transform.Sequential([make() for make in _COMPACTING])(mod)
-    try:
-        sizes = s_tir.analysis.calculate_allocated_bytes(lowered)
-    except tvm.error.TVMError:  # an allocation of symbolic size
-        return None
+    sizes = s_tir.analysis.calculate_allocated_bytes(lowered)
     return max((int(scopes.get("shared", 0)) for scopes in sizes.values()), default=0)
 
 
@@ -115,11 +113,8 @@ class WithinSharedMemory:
         if schedule is None:
             return None
         limit = int(target.attrs.get("max_shared_memory_per_block", DEFAULT_SHARED_BYTES))
-        for candidate in schedule if isinstance(schedule, list) else [schedule]:
-            used = shared_bytes(candidate.mod)
-            if used is None or used > limit:
-                return None
-        return schedule
+        candidates = schedule if isinstance(schedule, list) else [schedule]
+        return None if any(shared_bytes(c.mod) > limit for c in candidates) else schedule
 
 
 def rules(counts: dict[str, int] | None = None):
