@@ -88,6 +88,7 @@ def test_an_output_past_the_tolerance_fails_the_run(tmp_path, tiny_library):
         (lambda f: (f / "bundle.json").unlink(), "not a check bundle"),
         (lambda f: (f / "libs" / "tiny.so").unlink(), "missing libs/tiny.so"),
         (lambda f: (f / "bundle.json").write_text("{"), "not valid JSON"),
+        (lambda f: (f / "libs" / "tiny.so").write_bytes(b"not a library"), "tiny.so"),  # TVM's own error
     ],
 )
 def test_a_bad_bundle_is_one_line(tmp_path, tiny_library, capsys, spoil, message):

@@ -178,8 +178,10 @@ def _register_cuda_compiler(dev) -> str:
             (Path(tmp) / "kernels.cu").write_text(source)
             done = subprocess.run([nvcc, *flags, "-o", "kernels.fatbin", "kernels.cu"], cwd=tmp,
                                   capture_output=True, text=True)  # fmt: skip
-            if done.returncode != 0:
-                raise BundleError(f"nvcc failed ({done.returncode}): {done.stderr.strip().splitlines()[:3]}")
+            if done.returncode != 0:  # its errors, not the unused-variable warnings TVM's source draws
+                lines = done.stderr.strip().splitlines()
+                errors = [line.strip() for line in lines if "error" in line] or lines[-3:]
+                raise BundleError(f"nvcc failed ({done.returncode}): {'; '.join(errors[:3])}")
             return (Path(tmp) / "kernels.fatbin").read_bytes()
 
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_source, override=True)
@@ -288,6 +290,9 @@ def main(argv=None) -> int:
         results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out)
     except BundleError as exc:
         print(f"run_bundle: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # raised inside TVM (a library that cannot load, nvcc's refusal through the callback)
+        print(f"run_bundle: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
         return 2
     print(json.dumps({k: results[k] for k in ("device", "device_name", "all_within_tolerance")}))
     return 0 if results["all_within_tolerance"] else 1
