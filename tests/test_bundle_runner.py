@@ -222,3 +222,11 @@ def test_a_bundle_travels_as_an_xz_archive_in_parts_and_unpacks_with_its_own_com
         else:
             assert copy.read_bytes() == original.read_bytes()
     assert transfer["run"].startswith("cd bundle && python3 run_bundle.py")
+
+
+def test_a_kit_for_a_python_without_a_wheel_is_one_clear_error(tmp_path):
+    from kokoro_tvm.errors import ResourceError
+    from kokoro_tvm.tools.gpu_bundle import runtime_kit
+
+    with pytest.raises(ResourceError, match=r"no apache-tvm-ffi==\S+ wheel for Python 3\.4 on Linux x86-64"):
+        runtime_kit(tmp_path / "kit", python="3.4")

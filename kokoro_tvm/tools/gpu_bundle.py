@@ -129,7 +129,9 @@ def runtime_kit(dest: Path, python: str | None = None) -> int:
         shutil.copytree(source, Path(dest) / source.name, ignore=skip, dirs_exist_ok=True)
     if python is not None and python != f"{sys.version_info.major}.{sys.version_info.minor}":
         shutil.rmtree(Path(dest) / "tvm_ffi")
-        _unpack_wheel(_download_wheel("apache-tvm-ffi", tvm_ffi.__version__, python), Path(dest), "tvm_ffi/")
+        with tempfile.TemporaryDirectory(prefix="kit-wheel-") as folder:
+            wheel = _download_wheel("apache-tvm-ffi", tvm_ffi.__version__, python, Path(folder))
+            _unpack_wheel(wheel, Path(dest), "tvm_ffi/")
     return sum(p.stat().st_size for p in Path(dest).rglob("*") if p.is_file())
 
 
@@ -138,8 +140,7 @@ _PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_
               "manylinux2014_x86_64")  # fmt: skip
 
 
-def _download_wheel(name: str, version: str, python: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="kit-wheel-"))
+def _download_wheel(name: str, version: str, python: str, folder: Path) -> Path:
     platforms = [arg for tag in _PLATFORMS for arg in ("--platform", tag)]
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
                python, "--implementation", "cp", *platforms, "-d", str(folder), f"{name}=={version}"]  # fmt: skip
