@@ -55,6 +55,36 @@ def test_polyphase_conv_transpose_matches_torch(c_in, c_out, kernel, stride, pad
     assert np.abs(got - want).max() <= F64_TOL * np.abs(want).max()
 
 
+def test_polyphase_interleave_over_a_symbolic_length_is_one_pass_and_exact():
+    """The x6 upsampler over a length of 16 k + 1 steps (a symbolic build's shape): the phases are interleaved by
+    one kernel, no copying reshape (as reshape / transpose / reshape, both reshapes stayed copies with a division
+    per element), and every tile count gives torch's values."""
+    from kokoro_tvm.compiler.pipeline import compile_lowered, lower
+
+    rng = np.random.default_rng(7)
+    weights = rng.standard_normal((8, 4, 12))  # a constant, as in a build (its rearrangement is folded)
+    k = tvm.tirx.Var("k", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, k * 16 + 1), "float64"))
+    tiles = relax.Var("tiles", relax.ShapeType([k]))
+    with bb.function("main", [x, tiles]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.conv1d_transpose(x, relax.const(weights, "float64"), strides=6, padding=3))
+        bb.emit_func_output(out)
+    target = tvm.target.Target(host_target())
+    lowered = lower(bb.get(), target)
+    names = [gv.name_hint for gv, f in lowered.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert any("polyphase_interleave" in name for name in names)
+    assert not [name for name in names if "reshape" in name or "transpose" in name], names
+    vm = relax.VirtualMachine(compile_lowered(lowered, target), tvm.cpu())
+    for count in (1, 3):
+        signal = rng.standard_normal((1, 8, count * 16 + 1))
+        got = vm["main"](tvm.runtime.tensor(signal), tvm.runtime.ShapeTuple([count]))
+        want = torch.nn.functional.conv_transpose1d(torch.tensor(signal), torch.tensor(weights), stride=6, padding=3)
+        assert got.numpy().shape == tuple(want.shape)
+        assert np.abs(got.numpy() - want.numpy()).max() <= F64_TOL * np.abs(want.numpy()).max()
+
+
 @pytest.mark.parametrize(
     "c_in, c_out, kernel, dilation, padding, steps", [(16, 16, 11, 5, 25, 77), (22, 24, 7, 1, 3, 101)]
 )

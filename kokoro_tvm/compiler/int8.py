@@ -40,7 +40,7 @@ from tvm.script import tirx as T
 from kokoro_tvm.compiler import packed
 
 # Bump when the int8 rewrite or kernel changes what an int8 build computes or how (part of int8 artifacts' keys).
-KERNEL_VERSION = 1
+KERNEL_VERSION = 2
 
 INTRIN = "kokoro_dpbusd_{lanes}x4"
 LANES = 16  # int32 lanes of one zmm register
@@ -148,9 +148,14 @@ def _pack_activation(x: te.Tensor, inverse: te.Tensor, zero: te.Tensor, left: in
     n, c, t = x.shape
 
     def byte(b, channel, s):
+        # Only the load of x is conditional: a padding column reads 0.0, which quantizes to the zero point
+        # exactly (round(0) + z, and 0 <= z <= 255). With the whole expression inside the condition, LLVM masked
+        # the per-channel scale and zero point too, as two gathers per vector: the pass ran at 2.7 ms for 128 x
+        # 49,920 values, 0.45 ms this way (2 threads, Zen 4), the same bytes.
         inside = tirx.all(s >= left, s < t + left)
-        q = tirx.round(x[b, channel, s - left] * inverse[channel]) + zero[channel]
-        q = tirx.if_then_else(inside, tirx.min(tirx.max(q, tirx.const(0.0, "float32")), UINT8_MAX), zero[channel])
+        value = tirx.if_then_else(inside, x[b, channel, s - left], tirx.const(0.0, "float32"))
+        q = tirx.round(value * inverse[channel]) + zero[channel]
+        q = tirx.min(tirx.max(q, tirx.const(0.0, "float32")), UINT8_MAX)
         return q.astype("int32").astype("uint32")
 
     def pack(b, c4, s):
