@@ -133,6 +133,18 @@ def test_the_activation_packing_loads_scales_without_gathers():
     assert "vgatherdps" not in packing
 
 
+def test_the_weights_layout_and_peaks_are_computed_once_at_load():
+    """Per call the weight side reads the weights once, in the kernel's layout, with each row's scale from the
+    per-channel peaks max_k |w| (O x C values); the layout and the peaks depend on the weights alone, so lifting
+    moves them (the O x C x K abs and transpose) into the function that runs at load."""
+    module = _float_conv_module(32, 48, 7, 3, 96)
+    module["main"] = module["main"].with_attr("num_input", 1)  # x is the input, w and b the weights
+    lifted = relax.transform.LiftTransformParams()(int8.Int8Convolutions()(module))
+    per_call, at_load = lifted["main"].script(), lifted["main_transform_params"].script()
+    assert "R.abs" in at_load and "R.permute_dims" in at_load
+    assert "R.abs" not in per_call and "R.permute_dims" not in per_call
+
+
 def _emulated_float(x, w, b, dilation: int):
     import torch
 
