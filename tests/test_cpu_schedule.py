@@ -429,3 +429,29 @@ def test_the_pipeline_dumps_the_ir_after_each_phase(tmp_path):
     text = {phase: (tmp_path / name).read_text() for phase, name in zip(PHASES, dumps, strict=True)}
     assert "R.nn.conv1d" in text["rewrite"] and "R.nn.conv1d" not in text["legalize"]  # legalized to TIR
     assert "tirx.is_scheduled" not in text["legalize"] and "tirx.is_scheduled" in text["schedule"]
+
+
+@pytest.mark.parametrize("outputs", [2048, 48])  # 48: three vectors of outputs
+def test_a_style_projection_is_a_column_reduction_and_keeps_values(outputs):
+    """A Linear layer on one row with its weight transposed at load (AdaIN's style fc): ColumnReduction takes it
+    (RowReduction vectorized the rows, a whole row's stride per lane) and the values are numpy's."""
+    from kokoro_tvm.compiler.schedule.cpu import ColumnReduction
+
+    rng = np.random.default_rng(8)
+    inputs = [rng.standard_normal(shape).astype(np.float32) for shape in ((1, 128), (128, outputs), (outputs,))]
+
+    def graph(style, weight, bias):
+        return relax.op.add(relax.op.matmul(style, weight), bias)
+
+    target = tvm.target.Target(host_target())
+    with target:
+        legal = tvm.transform.Sequential(relax.backend.cpu_generic.pipeline.legalize_passes(target))(
+            _module(graph, inputs)
+        )
+    (name, func), = [(gv.name_hint, f) for gv, f in legal.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert ColumnReduction().apply(func, target, False) is not None, name
+    (plain, ours), flags = _unscheduled_and_scheduled(graph, inputs)
+    assert all(flags.values())
+    want = inputs[0].astype(np.float64) @ inputs[1] + inputs[2]
+    # float32 sums of 128 unit-scale products, in another order than numpy's: a few ulps of the largest output
+    assert np.abs(ours - want).max() <= 1e-5 * np.abs(want).max()
