@@ -126,3 +126,48 @@ def test_counted_macs_is_multiply_adds_per_step_times_output_steps():
     with torch.no_grad():
         net(x)
     assert macs["0"] == 2 * 6 * 4 * 3 * 11  # counting stops with the block
+
+
+def test_emulated_bf16_linear_computes_on_rounded_operands_and_comes_off():
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 5), torch.nn.ReLU()).eval()
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        exact = net(x)
+        linear = net[0]
+        expected = torch.relu(F.linear(x.bfloat16().float(), linear.weight.bfloat16().float(), linear.bias))
+        with emulation.emulated_precision(net, ["0"], "bf16"):
+            got = net(x)
+        after = net(x)
+    assert torch.equal(got, expected)
+    assert not torch.equal(got, exact)
+    assert torch.equal(after, exact)
+    with pytest.raises(ValueError, match="not a convolution"):  # the int8 roundings take convolutions only
+        with emulation.emulated_precision(net, ["0"], "int8_channel"):
+            pass
+
+
+def test_duration_budget_counts_every_token_and_leaves_the_model_as_it_was():
+    import numpy as np
+
+    from kokoro_tvm.errors import InputError
+    from kokoro_tvm.frontend.text import prepare
+    from kokoro_tvm.frontend.voices import load_voice
+    from kokoro_tvm.reference.pt_dynamic import predict_durations
+    from kokoro_tvm.studies.precision import duration_budget
+    from kokoro_tvm.weights.resolve import kmodel_skeleton
+
+    torch.manual_seed(0)
+    model = kmodel_skeleton().eval()
+    texts = ["Hello world.", "A rod is used to catch pink salmon."]
+    chunks = [c for t in texts for c in prepare(text=t)]
+    voice = load_voice()
+    before = [predict_durations(model, c.padded_ids, voice.style(len(c.phonemes))) for c in chunks]
+    record = duration_budget(model, "bert.", texts)
+    assert record["layers"] == 8  # ALBERT's shared layer (q, k, v, dense, ffn, ffn_output), its input mapping, pooler
+    assert record["chunks"] == len(chunks) and record["tokens"] == sum(len(c.padded_ids) for c in chunks)
+    assert 0 <= record["tokens_changed"] <= record["tokens"] and record["chunks_changed"] <= record["chunks"]
+    after = [predict_durations(model, c.padded_ids, voice.style(len(c.phonemes))) for c in chunks]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    with pytest.raises(InputError, match="no Linear layer"):
+        duration_budget(model, "decoder.nothing.", texts)

@@ -77,8 +77,8 @@ EMULATIONS = {
 
 @contextlib.contextmanager
 def emulated_precision(model, names, kind: str = "bf16"):
-    """Within the block, the named conv modules of `model` compute on input and weight rounded as `kind`
-    (a key of EMULATIONS) says, in float32; their own forward comes back on exit."""
+    """Within the block, the named conv modules of `model` (and for bf16 its Linear layers) compute on input and
+    weight rounded as `kind` (a key of EMULATIONS) says, in float32; their own forward comes back on exit."""
     if kind not in EMULATIONS:
         raise InputError(f"kind must be one of {sorted(EMULATIONS)}, got {kind!r}")
     rounded = EMULATIONS[kind]
@@ -99,8 +99,14 @@ def emulated_precision(model, names, kind: str = "bf16"):
                     x, w = rounded(x, m.weight, 1)
                     return F.conv_transpose1d(x, w, m.bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
 
+            elif isinstance(module, torch.nn.Linear) and kind == "bf16":  # elementwise rounding: any layout
+
+                def forward(x, m=module):
+                    x, w = rounded(x, m.weight, 0)
+                    return F.linear(x, w, m.bias)
+
             else:
-                raise ValueError(f"{name} is a {type(module).__name__}, not a convolution")
+                raise ValueError(f"{name} is a {type(module).__name__}, not a convolution (or, for bf16, a Linear)")
             module.forward = forward
             patched.append(module)
         yield

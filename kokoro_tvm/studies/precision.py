@@ -11,6 +11,10 @@ measurement admitted, and `INT8_CONVOLUTIONS` the int8 bulk that `--precision in
 the int8_channel rounding above).
 
     python -m kokoro_tvm.studies.precision [--text ...] [--layers [--kind int8_step]] [--int8 [--corpus N]]
+        [--durations PREFIX]
+
+`duration_budget` (--durations) asks the question for Linear layers before the durations (ALBERT's): does any
+token's duration change when they compute in bf16?
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import numpy as np
 import torch
 
 from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 from kokoro_tvm.reference.noise import SeededNoise
-from kokoro_tvm.reference.pt_dynamic import run_stages
+from kokoro_tvm.reference.pt_dynamic import predict_durations, run_stages
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.studies.emulation import EMULATIONS, conv_layers, counted_macs, emulated_precision, mixed_precision
 from kokoro_tvm.weights.resolve import load_kmodel
@@ -165,6 +170,29 @@ def precision_comparison(model, weights_fingerprint: str, texts, voice: str | No
     return rows, audio
 
 
+def duration_budget(model, prefix: str, texts, voice: str | None = None) -> dict:
+    """Durations with every Linear layer under `prefix` (e.g. "bert." for ALBERT) in bf16 (emulated: operands
+    rounded, float32 sums, as vdpbf16ps), against float32, over every chunk of `texts`: how many chunks and tokens
+    get another duration. Builds must keep durations identical, so any change rules the layers out."""
+    names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n.startswith(prefix)]
+    if not names:
+        raise InputError(f"no Linear layer of the model is named {prefix}...")
+    pack = load_voice(voice or DEFAULT_VOICE)
+    chunks = [chunk for text in texts for chunk in prepare(text=text)]
+    changed_chunks = changed_tokens = tokens = 0
+    for chunk in chunks:
+        style = pack.style(len(chunk.phonemes))
+        exact = predict_durations(model, chunk.padded_ids, style)
+        with emulated_precision(model, names, "bf16"):
+            rounded = predict_durations(model, chunk.padded_ids, style)
+        changed = int((exact != rounded).sum())
+        changed_chunks += changed > 0
+        changed_tokens += changed
+        tokens += exact.size
+    return {"prefix": prefix, "layers": len(names), "chunks": len(chunks), "chunks_changed": changed_chunks,
+            "tokens": tokens, "tokens_changed": changed_tokens}  # fmt: skip
+
+
 def main(argv=None) -> int:
 
     from kokoro_tvm.studies.audio_comparison import pick_sentences
@@ -177,6 +205,8 @@ def main(argv=None) -> int:
     parser.add_argument("--int8", action="store_true", help="also the groups in int8 (emulated) and the int8 plans "
                         "on --corpus sentences spread over the corpus's lengths (notebook 07's pick) and the --text")
     parser.add_argument("--corpus", type=int, default=20, help="how many corpus sentences --int8 scores (0: none)")
+    parser.add_argument("--durations", action="append", metavar="PREFIX", help="also: do the durations survive the "
+                        "Linear layers under PREFIX (e.g. bert.) in bf16, over every corpus sentence (repeatable)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     model, _ = load_kmodel(None, dtype=torch.float32)
@@ -190,6 +220,8 @@ def main(argv=None) -> int:
         record["plans"] = plan_comparison(model, int8_plans(), corpus + texts)
     if args.layers:
         record["layers"] = layer_budget(model, texts[0], kind=args.kind)
+    for prefix in args.durations or []:
+        record.setdefault("durations", []).append(duration_budget(model, prefix, load_sentences()))
     json.dump(record, sys.stdout, indent=1)
     print()
     return 0
