@@ -5,7 +5,7 @@ limited size per copy (a lent GPU machine: 64 MiB per command).
 `transfer.json` (the parts, the sha256 of the whole archive, and the command that joins, checks, unpacks and runs
 it there with Python's standard library alone). The bundle's parameters and recorded cases are stored
 compressed on disk (zlib, in .npz); in the archive they go uncompressed, so xz compresses them itself (zlib's
-output is noise to xz): 253 MiB of bundle became 136 MiB of archive.
+output is noise to xz): 253 MiB of bundle became 134.5 MiB of archive (NOTES/metal.md).
 """
 
 from __future__ import annotations
