@@ -433,6 +433,26 @@ def test_the_pipeline_dumps_the_ir_after_each_phase(tmp_path):
     assert "tirx.is_scheduled" not in text["legalize"] and "tirx.is_scheduled" in text["schedule"]
 
 
+@pytest.mark.parametrize("rows, tile", [(8, (8, 32)), (16, (16, 16)), (3, (3, 16))])
+def test_a_matmul_with_fewer_rows_than_the_tile_takes_more_column_vectors(rows, tile):
+    """ALBERT's matmuls have a row axis (tokens) that divides by 8 only: the register tile is 8 rows x 2 vectors,
+    16 accumulators as the 16 x 1 tile, not 8 x 1 (its feed-forward matmul ran 1.4x slower). 3 rows: too few to
+    widen for (3 x 5 vectors would leave the loads the bottleneck)."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((rows, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
+    target = tvm.target.Target(host_target())
+    with target:
+        legal = tvm.transform.Sequential(relax.backend.cpu_generic.pipeline.legalize_passes(target))(
+            _module(relax.op.matmul, [a, b])
+        )
+        scheduled = dlight.ApplyDefaultSchedule(*rules())(legal)
+    tasks = re.findall(r"in T\.parallel\(T\.int64\((\d+)\)\)", scheduled.script())
+    assert tasks == [str(rows // tile[0] * 96 // tile[1])]  # one task per register tile
+    (_, ours), flags = _unscheduled_and_scheduled(relax.op.matmul, [a, b])
+    assert all(flags.values())
+    assert np.abs(ours - a @ b).max() <= 1e-5 * np.abs(a @ b).max()  # 64 products, another order: a few ulps
+
+
 @pytest.mark.parametrize("outputs", [2048, 48])  # 48: three vectors of outputs
 def test_a_style_projection_is_a_column_reduction_and_keeps_values(outputs):
     """A Linear layer on one row with its weight transposed at load (AdaIN's style fc): ColumnReduction takes it
