@@ -436,7 +436,7 @@ def test_the_pipeline_dumps_the_ir_after_each_phase(tmp_path):
 @pytest.mark.parametrize("rows, tile", [(8, (8, 32)), (16, (16, 16)), (3, (3, 16))])
 def test_a_matmul_with_fewer_rows_than_the_tile_takes_more_column_vectors(rows, tile):
     """ALBERT's matmuls have a row axis (tokens) that divides by 8 only: the register tile is 8 rows x 2 vectors,
-    16 accumulators as the 16 x 1 tile, not 8 x 1 (its feed-forward matmul ran 1.4x slower). 3 rows: too few to
+    16 accumulators as the 16 x 1 tile, not 8 x 1 (its feed-forward matmul ran 1.3x slower). 3 rows: too few to
     widen for (3 x 5 vectors would leave the loads the bottleneck)."""
     rng = np.random.default_rng(9)
     a, b = rng.standard_normal((rows, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
