@@ -1,7 +1,5 @@
 """The length-aware LSTM: custom op and TVM kernel against torch.nn.LSTM with packing."""
 
-import re
-
 import numpy as np
 import pytest
 import torch
@@ -71,29 +69,3 @@ def test_relax_size_does_not_grow_with_steps():
         ep = torch.export.export(module, (x, torch.tensor([steps])))
         sizes.append(len(to_relax(ep).script().splitlines()))
     assert sizes[0] == sizes[1]
-
-
-def test_our_pipeline_runs_the_gates_in_vectors():
-    """With our pipeline (float32, 16 hidden units: one AVX-512 vector) the gates' sigmoid and tanh are
-    arithmetic (passes.VectorizableTranscendentals), which LLVM vectorizes over the hidden units: no libm expf
-    call per unit and gate (TVM's own lowering), and still torch's packed LSTM."""
-    import tvm
-    from kernel_asm import executable_asm
-    from tvm import relax
-
-    from kokoro_tvm.compiler.pipeline import compile_relax
-    from kokoro_tvm.compiler.targets import host_target
-
-    torch.manual_seed(0)
-    module, steps = OneLSTM(6, 16, torch.float32).eval(), 9
-    x, lengths = torch.randn(2, steps, 6), torch.tensor([steps, 4])
-    executable = compile_relax(to_relax(torch.export.export(module, (x, lengths))), host_target())
-    got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x.numpy()),
-                                                              tvm.runtime.tensor(lengths.numpy()))  # fmt: skip
-    with torch.no_grad():
-        expected = packed_reference(module.lstm, x, lengths)
-    np.testing.assert_allclose(got[0].numpy(), expected.numpy(), rtol=0, atol=ATOL[torch.float32])
-    asm = executable_asm(executable)
-    recurrence = re.search(r"^masked_lstm_recurrence_compute_:(.*?)^\w+:", asm, re.M | re.S).group(1)
-    assert "expf" not in asm
-    assert len(re.findall(r"vrndscaleps\s+\$\d+, %zmm", recurrence)) >= 5  # exp's rounding: 3 sigmoids, 2 tanh
