@@ -1,6 +1,8 @@
 """The speed work keeps values: Relax rewrites (polyphase conv-transpose, aligned conv lengths, vectorizable
 sine) against torch, and the CPU schedules against the same graph unscheduled. Unit tier: small shapes."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
