@@ -477,3 +477,62 @@ def test_a_style_projection_is_a_column_reduction_and_keeps_values(outputs):
     want = inputs[0].astype(np.float64) @ inputs[1] + inputs[2]
     # float32 sums of 128 unit-scale products, in another order than numpy's: a few ulps of the largest output
     assert np.abs(ours - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def _rows_in_parallel(func, target):
+    """`func` as Elementwise scheduled it before the long-axis split: values inlined, rows in parallel."""
+    from tvm import s_tir
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+
+    from kokoro_tvm.compiler.schedule.cpu.base import elementwise_loops, inline_single_use
+
+    sch = s_tir.Schedule(func)
+    infos = normalize_prim_func(sch)
+    assert inline_single_use(sch, infos[:-1]) == []
+    elementwise_loops(sch, infos[-1].block_rv, cpu_geometry(target).lanes(32))
+    return sch.mod
+
+
+def test_few_rows_over_a_long_odd_axis_split_the_long_axis_among_threads():
+    """The decoder's STFT output: 11 magnitude rows (a square root each) and 11 phase rows (an atan2 call each)
+    concatenated over an odd frame count. Parallel over rows, one thread of two took every atan2; the long axis
+    is now cut into chunks, chunks outermost, with the same values as the row-parallel schedule. A loop with no
+    libm call stays row-parallel (LLVM vectorizes it; a chunk's bound check would not let it)."""
+    from kokoro_tvm.compiler.schedule.cpu import Elementwise
+    from kokoro_tvm.compiler.schedule.cpu.elementwise import CHUNK
+
+    steps = 5001  # odd: no whole vectors, so the rule keeps a plain loop body
+
+    def graph(re_, im):
+        magnitude = relax.op.sqrt(relax.op.add(relax.op.multiply(re_, re_), relax.op.multiply(im, im)))
+        return relax.op.concat([magnitude, relax.op.atan2(im, re_)], axis=1)
+
+    target = tvm.target.Target(host_target())
+    rng = np.random.default_rng(11)
+    re_, im = (rng.standard_normal((1, 11, steps)).astype(np.float32) for _ in range(2))
+    im[..., ::7], re_[..., 3::5] = 0.0, -0.0  # the signed zeros atan2 distinguishes
+    (name, func), *_ = list(_fused_primfuncs(graph, [re_.shape, im.shape]))
+    schedule = Elementwise().apply(func, target, False)
+    assert schedule is not None, name
+    parallel = [
+        schedule.get(loop)
+        for block in schedule.get_child_blocks(schedule.get_sblock("root"))
+        for loop in schedule.get_loops(block)
+        if schedule.get(loop).kind == tvm.tirx.ForKind.PARALLEL
+    ]
+    assert [int(loop.extent) for loop in parallel] == [-(-steps // CHUNK) * 22]
+    outs = []
+    for mod in (_rows_in_parallel(func, target), schedule.mod):
+        out = tvm.runtime.tensor(np.full((1, 22, steps), np.nan, dtype=np.float32))
+        tvm.compile(mod, target=target)["main"](tvm.runtime.tensor(re_), tvm.runtime.tensor(im), out)
+        outs.append(out.numpy())
+    # bit for bit against the row-parallel schedule it replaces: the same loop body, each output computed once
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+    np.testing.assert_allclose(outs[1], np.concatenate([np.hypot(re_, im), np.arctan2(im, re_)], axis=1), rtol=2e-6)
+
+    (_, plain), *_ = list(_fused_primfuncs(lambda a, b: relax.op.concat([relax.op.multiply(a, a), b], axis=1),
+                                           [re_.shape, im.shape]))  # fmt: skip
+    schedule = Elementwise().apply(plain, target, False)
+    (loop,) = [schedule.get(lp) for b in schedule.get_child_blocks(schedule.get_sblock("root"))
+               for lp in schedule.get_loops(b) if schedule.get(lp).kind == tvm.tirx.ForKind.PARALLEL]  # fmt: skip
+    assert int(loop.extent) == 22
