@@ -11,8 +11,9 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
              dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
              then tile buffers of symbolic-length functions compacted to a fixed size
-             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, bf16 and int8 convolutions get the
-             LLVM IR of their vdpbf16ps / vpdpbusd steps (packed.ImportLLVMKernels)
+             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, float32 exp / tanh / sigmoid
+             written out as vector arithmetic with libm's bits (passes.LibmExactExp), and bf16 and int8
+             convolutions get the LLVM IR of their vdpbf16ps / vpdpbusd steps (packed.ImportLLVMKernels)
 5. lower     the backend's dataflow lowering
 6. finalize  the backend's memory planning and VM lowering; the VM's shape functions marked noalias
              (kokoro_tvm.compiler.symbolic.RestrictShapeFunctions)
@@ -62,6 +63,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from kokoro_tvm.compiler.passes import (
         AlignConvLengths,
         IntegerPowers,
+        LibmExactExp,
         PolyphaseConvTranspose,
         VectorizableSine,
     )
@@ -84,7 +86,10 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         backend = relax.backend.cpu_generic.pipeline
         rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
         rules, count = schedule.rules(), []
-        scheduled = [ImportLLVMKernels({"bf16_conv1d": bf16.LLVM_KERNEL, "int8_conv1d": int8.LLVM_KERNEL})]
+        scheduled = [
+            LibmExactExp(),
+            ImportLLVMKernels({"bf16_conv1d": bf16.LLVM_KERNEL, "int8_conv1d": int8.LLVM_KERNEL}),
+        ]
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
