@@ -35,13 +35,13 @@ one quad) step with `kokoro_dpbusd_16x4`.
 
 from __future__ import annotations
 
-from tvm import relax, te, tirx, topi
+from tvm import relax, te, tirx
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler import packed
 
 # Bump when the int8 rewrite or kernel changes what an int8 build computes or how (part of int8 artifacts' keys).
-KERNEL_VERSION = 3
+KERNEL_VERSION = 4
 
 INTRIN = "kokoro_dpbusd_{lanes}x4"
 LANES = 16  # int32 lanes of one zmm register
@@ -168,6 +168,25 @@ def _pack_activation(x: te.Tensor, inverse: te.Tensor, zero: te.Tensor, left: in
     return te.compute((n, c // 4, t + left + right), pack, name="int8_pack_x")
 
 
+def _channel_range(x: te.Tensor) -> te.Tensor:
+    """x [n, c, t] -> [c, 2]: -min and max of each channel over the call, as one reduction of max(-x) and max(x)
+    (negation is exact, so -max(-x) is min(x) bit for bit): the activations are read once, not once for the
+    minimum and again for the maximum."""
+    n, c, t = x.shape
+    s = te.reduce_axis((0, t), "s")
+    if isinstance(n, tirx.IntImm) and int(n) == 1:  # one reduction axis: the CPU RowReduction rule's shape
+        return te.compute(
+            (c, 2), lambda channel, j: te.max(tirx.Select(j == 0, -x[0, channel, s], x[0, channel, s]), axis=s),
+            name="int8_range",
+        )
+    b = te.reduce_axis((0, n), "b")
+    return te.compute(
+        (c, 2),
+        lambda channel, j: te.max(tirx.Select(j == 0, -x[b, channel, s], x[b, channel, s]), axis=[b, s]),
+        name="int8_range",
+    )
+
+
 def _pack_weights(rows: te.Tensor, scales: te.Tensor, row_scale: te.Tensor, zeros: te.Tensor) -> list[te.Tensor]:
     """w [o, J] float32 (the weights in the kernel's layout, J = c/4 x k x 4 flattened) with each column's scale
     and zero point (`scales`, `zeros` [J]: its input channel's) -> ([o, J] int8 round(w s / r[o]), corr [o] int32
@@ -209,8 +228,9 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
     dequantization (packed.PackedKernel's `emit`)."""
     op, f32 = relax.op, lambda v: relax.const(v, "float32")
     # the channel ranges of this call, widened to hold 0 (the padding)
-    lowest = builder.emit_te(topi.min, x, axis=[0, 2], primfunc_name_hint="int8_range")
-    highest = builder.emit_te(topi.max, x, axis=[0, 2], primfunc_name_hint="int8_range")
+    ranges = builder.emit_te(_channel_range, x, primfunc_name_hint="int8_range")
+    lowest = op.negative(op.squeeze(op.strided_slice(ranges, axes=[1], begin=[0], end=[1]), axis=[1]))
+    highest = op.squeeze(op.strided_slice(ranges, axes=[1], begin=[1], end=[2]), axis=[1])
     low = builder.emit(op.minimum(lowest, f32(0.0)))
     high = builder.emit(op.maximum(highest, f32(0.0)))
     scale = builder.emit(op.divide(op.maximum(op.subtract(high, low), f32(TINY)), f32(UINT8_MAX)))

@@ -13,6 +13,8 @@ from kokoro_tvm.compiler.schedule.cpu.base import (
 from kokoro_tvm.compiler.sizes import at_least, divides
 from kokoro_tvm.compiler.targets import CPUGeometry
 
+FEW_RESULTS = 4  # a last spatial axis this short is computed inside the row's loop (see `_rows`)
+
 
 class RowReduction(CPURule):
     """Sums (and other commutative reductions) over the innermost axis: norm statistics over a whole
@@ -45,13 +47,22 @@ class RowReduction(CPURule):
             if spatial:  # short or ragged rows: a plain loop per row, the rows in parallel
                 sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
             return
+        # A few results per row from the same values (a channel's -min and max, kokoro_tvm.compiler.int8): that
+        # short axis goes inside the row's loop, so the row is read once for all of them, not once per result.
+        together = extent(sch, spatial[-1]) if len(spatial) > 1 else None
+        together = together if isinstance(together, int) and 2 <= together <= FEW_RESULTS else None
         partial = sch.rfactor(sch.split(reduce, [None, lanes])[1], factor_axis=len(spatial))
-        rows = sch.get_loops(block)[: len(spatial)]
+        rows = sch.get_loops(block)[: len(spatial) - (1 if together else 0)]
         row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
         sch.parallel(row)
         sch.compute_at(partial, row)
-        *_, lane_axis, reduce_outer = sch.get_loops(partial)
-        sch.reorder(reduce_outer, lane_axis)
+        if together:
+            *_, lane_axis, result, reduce_outer = sch.get_loops(partial)
+            sch.reorder(reduce_outer, result, lane_axis)
+            sch.unroll(result)
+        else:
+            *_, lane_axis, reduce_outer = sch.get_loops(partial)
+            sch.reorder(reduce_outer, lane_axis)
         sch.vectorize(lane_axis)
         init = sch.decompose_reduction(partial, reduce_outer)
         sch.vectorize(sch.get_loops(init)[-1])
