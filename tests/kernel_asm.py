@@ -6,8 +6,8 @@ import re
 
 
 def executable_asm(executable) -> str:
-    """The assembly of every library a Relax executable imports."""
-    return "\n".join(m.inspect_source("asm") for m in executable.mod.imports)
+    """The assembly of every library a Relax executable imports (a TIR executable's own, where it imports none)."""
+    return "\n".join(m.inspect_source("asm") for m in executable.mod.imports or [executable.mod])
 
 
 def hot_loop(asm: str, mnemonic: str) -> tuple[int, list[str]]:

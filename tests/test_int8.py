@@ -250,3 +250,39 @@ def test_int8_on_a_cpu_without_vnni_is_refused_before_any_work(capsys, tmp_path,
     err = capsys.readouterr().err.strip()
     assert err.startswith("kokoro-tvm: error:") and "AVX512_VNNI" in err and "\n" not in err, err
     assert not (tmp_path / "cache" / "artifacts").exists()
+
+
+# --- the instruction's own rate (kokoro_tvm.studies.benchmark.instruction_peak) --------------------------------
+
+
+@needs_vnni
+def test_the_peak_loop_is_the_step_on_registers_and_computes_it():
+    """`instruction_peak` times a loop of vpdpbusd on PEAK_CHAINS register accumulators: nothing but the step in
+    the loop (no loads, no stores), and the accumulators hold exactly the dot products it issued."""
+    from kokoro_tvm.studies.benchmark import PEAK_CHAINS, peak_kernel
+
+    executable = peak_kernel("int8", threads=2)
+    asm = executable_asm(executable)
+    count, stores = hot_loop(asm, "vpdpbusd")
+    assert count >= PEAK_CHAINS and count % PEAK_CHAINS == 0 and stores == []  # LLVM may unroll the steps
+    steps = [line for line in asm.splitlines() if "vpdpbusd" in line]
+    assert all("(" not in line and "%zmm" in line for line in steps), "register operands only"
+    out = tvm.runtime.tensor(np.zeros((2, PEAK_CHAINS * 16), "int32"))
+    executable["int8_conv1d"](out, 5)
+    for thread in range(2):
+        # a word 0x01020304 (+1 on odd steps): bytes 4 (5), 3, 2, 1; b 0x01010101 + thread: 1 + thread, 1, 1, 1
+        issued = sum((4 + i % 2) * (1 + thread) + 3 + 2 + 1 for i in range(5))
+        want = np.repeat(np.arange(PEAK_CHAINS) + thread + issued, 16)
+        np.testing.assert_array_equal(out.numpy()[thread], want)
+
+
+def test_a_packed_convs_multiply_adds_are_read_from_its_arguments():
+    from kokoro_tvm.studies.benchmark import _packed_operands
+
+    x8 = tvm.runtime.tensor(np.zeros((1, 8, 120, 4), "uint8"))
+    w8 = tvm.runtime.tensor(np.zeros((48, 8, 7, 4), "int8"))
+    out = tvm.runtime.tensor(np.zeros((1, 48, 96), "float32"))
+    assert _packed_operands([x8, w8, out], "int8") == (48, 32, 7, 96)
+    x16 = tvm.runtime.tensor(np.zeros((1, 16, 120, 2), "uint16"))
+    w16 = tvm.runtime.tensor(np.zeros((48, 16, 3, 2), "uint16"))
+    assert _packed_operands([x16, w16, out], "bf16") == (48, 32, 3, 96)

@@ -1,7 +1,8 @@
 """Kernel studies behind NOTES/performance.md and notebook 08: the conv kernels alone against the libraries'
-(`conv_peak`: our fp32, bf16 and int8 convs against PyTorch's oneDNN and FBGEMM), and where a component's time
-goes by kernel group (`kernel_time_split`). `python -m kokoro_tvm.studies.benchmark --conv-peak` and
-`--kernel-split COMPONENT:LENGTH` print one JSON line of each."""
+(`conv_peak`: our fp32, bf16 and int8 convs against PyTorch's oneDNN and FBGEMM), where a component's time
+goes by kernel group (`kernel_time_split`), and how close its packed convs run to the rate this CPU issues their
+instruction at (`conv_rates`, `instruction_peak`). `python -m kokoro_tvm.studies.benchmark --conv-peak`,
+`--kernel-split COMPONENT:LENGTH` and `--conv-rates COMPONENT:LENGTH` print one JSON line of each."""
 
 from __future__ import annotations
 
@@ -146,15 +147,143 @@ def kernel_time_split(model, weights_fingerprint: str, component: str, length: i
     return record
 
 
+# The packed conv steps (kokoro_tvm.compiler.int8, compiler.bf16): the name FuseTIR keeps in the fused function,
+# the LLVM function of one 16-lane step, its accumulator type, and the operations (multiply and add) per step.
+PACKED_STEPS = {
+    "int8": ("int8_conv1d", "kokoro_dpbusd16", "int32x16", 16 * 4 * 2),  # vpdpbusd zmm: 16 lanes x 4 products
+    "bf16": ("bf16_conv1d", "kokoro_dpbf16ps16", "float32x16", 16 * 2 * 2),  # vdpbf16ps zmm: 16 lanes x 2
+}
+PEAK_CHAINS = 12  # independent accumulators: more than the instruction's latency x its issue rate on Zen 4
+
+
+def peak_kernel(kind: str, threads: int = 2):
+    """The compiled loop behind `instruction_peak`: each of `threads` threads issues `kind`'s packed step
+    ("int8": vpdpbusd, "bf16": vdpbf16ps) on PEAK_CHAINS register accumulators `count` times, nothing else (no
+    loads); `(out, count)` with out [threads, PEAK_CHAINS x 16] (the accumulators, so nothing is dead code)."""
+    import tvm
+    from tvm.script import tirx as T
+
+    from kokoro_tvm.compiler import bf16, int8
+    from kokoro_tvm.compiler.packed import ImportLLVMKernels
+    from kokoro_tvm.compiler.targets import host_target
+
+    mark, extern, acc_type, _ = PACKED_STEPS[kind]
+    lanes, chains = 16, PEAK_CHAINS
+    scalar = acc_type.split("x")[0]
+    # operand words: small values (bf16 pairs of 2^-7), so the float sums stay normal and finite
+    a_word, b_word = (0x01020304, 0x01010101) if kind == "int8" else (0x3C003C00, 0x3C003C00)
+
+    @T.prim_func
+    def peak(out: T.Buffer((threads, chains * lanes), scalar), count: T.int32):
+        T.func_attr({"global_symbol": mark, "tirx.noalias": True})
+        for thread in T.parallel(threads):
+            acc = T.alloc_buffer((chains * lanes,), scalar, scope="local")
+            for c in T.unroll(chains):
+                acc[T.ramp(c * lanes, 1, lanes)] = T.broadcast(T.Cast(scalar, thread + c), lanes)
+            for i in range(count):
+                for c in T.unroll(chains):
+                    acc[T.ramp(c * lanes, 1, lanes)] = T.call_pure_extern(
+                        acc_type, extern, acc[T.ramp(c * lanes, 1, lanes)],
+                        T.broadcast(a_word + T.Cast("int32", i % 2), lanes), T.broadcast(b_word + thread, lanes),
+                    )  # fmt: skip
+            for c in range(chains * lanes):
+                out[thread, c] = acc[c]
+
+    module = ImportLLVMKernels({mark: int8.LLVM_KERNEL if kind == "int8" else bf16.LLVM_KERNEL})(
+        tvm.IRModule({mark: peak})
+    )
+    return tvm.compile(module, target=tvm.target.Target(host_target()))
+
+
+def instruction_peak(kind: str, threads: int = 2, steps: int = 4_000_000, runs: int = 5) -> float:
+    """Operations per second of `kind`'s packed step alone (`peak_kernel`), the best of `runs` calls of `steps`
+    steps per thread: the rate no conv of ours can pass on this CPU; `conv_rates` reports our convs against it."""
+    import time
+
+    import tvm
+
+    function = peak_kernel(kind, threads)[PACKED_STEPS[kind][0]]
+    scalar = PACKED_STEPS[kind][2].split("x")[0]
+    out = tvm.runtime.tensor(np.zeros((threads, PEAK_CHAINS * 16), scalar))
+    function(out, 1000)  # threads up
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        function(out, steps)
+        best = min(best, time.perf_counter() - start)
+    return threads * steps * PEAK_CHAINS * PACKED_STEPS[kind][3] / best
+
+
+def _packed_operands(args, kind: str):
+    """(out channels, in channels, taps, output steps) of a packed conv call from its arguments: the weights are
+    the 4-d packed tensor whose first axis is not the batch (int8: [o, c/4, k, 4] int8; bf16: [o, c/2, k, 2]
+    uint16, beside the [1, c/2, t, 2] activations), the output the last argument."""
+    dtype = "int8" if kind == "int8" else "uint16"
+    packed = [a for a in args if hasattr(a, "shape") and len(a.shape) == 4 and str(a.dtype) == dtype]
+    weights = packed[0] if kind == "int8" else packed[-1]
+    o, groups, taps, width = (int(d) for d in weights.shape)
+    return o, groups * width, taps, int(args[-1].shape[-1])
+
+
+def conv_rates(model, weights_fingerprint: str, component: str, length: int, precision: str = "int8",
+               runs: int = 5, threads: int = 2) -> dict:
+    """The packed convs of `component`'s symbolic `precision` build at `length`, each timed inside the model
+    (runtime.profile.kernel_seconds) with its multiply-adds from its arguments' shapes: per kind (int8, bf16)
+    the operations, the seconds and their rate, against `instruction_peak` of that kind; and every conv
+    function by its share of the time."""
+    import torch
+    import tvm
+
+    from kokoro_tvm.compiler.build import BuildSpec, build
+    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+
+    set_threads(threads)
+    peaks = {kind: instruction_peak(kind, threads) for kind in PACKED_STEPS}  # before torch's threads wake
+    inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length), torch.float32)]
+    spec = BuildSpec.dynamic(component, "float32", get_precision(precision).arithmetic)
+    runner = ComponentRunner(build(model, weights_fingerprint, spec))
+    tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
+    calls: dict[str, list] = {}  # per packed conv function: its kind and each call's operation count
+
+    def instrument(func, name, before, ret, *args):
+        kind = next((k for k, (mark, *_) in PACKED_STEPS.items() if mark in name), None)
+        if before and kind:
+            o, c, k, t = _packed_operands(args, kind)
+            calls.setdefault(name, [kind, []])[1].append(2 * o * c * k * t)
+        return int(tvm.relax.VMInstrumentReturnKind.NO_OP)
+
+    runner.vm.set_instrument(instrument)
+    runner.run_on_device(*tensors)
+    runner.vm.set_instrument(lambda *args: int(tvm.relax.VMInstrumentReturnKind.NO_OP))
+    seconds = kernel_seconds(runner, tensors, runs)
+    record = {"component": component, "length": length, "precision": precision, "threads": threads, "runs": runs}
+    functions = []
+    for kind in PACKED_STEPS:
+        mine = {name: sum(ops) for name, (k, ops) in calls.items() if k == kind}
+        if not mine:
+            continue
+        total_ops, total_s = sum(mine.values()), sum(seconds[name] for name in mine)
+        peak = peaks[kind]
+        record[kind] = {"calls": sum(len(calls[n][1]) for n in mine), "gop": total_ops / 1e9, "seconds": total_s,
+                        "gops": total_ops / total_s / 1e9, "peak_gops": peak / 1e9,
+                        "share_of_peak": total_ops / total_s / peak}  # fmt: skip
+        functions += [{"function": name, "kind": kind, "calls": len(calls[name][1]), "seconds": seconds[name],
+                       "gops": ops / seconds[name] / 1e9} for name, ops in mine.items()]  # fmt: skip
+    record["functions"] = sorted(functions, key=lambda f: -f["seconds"])
+    return record
+
+
 def main(argv: list[str] | None = None) -> None:
     """`python -m kokoro_tvm.studies.benchmark --conv-peak [--steps N --channels C --taps K --dilation D]`: one
     JSON line of conv_peak; `--kernel-split COMPONENT:LENGTH [--precision fp32,bf16]`: one JSON line of
-    kernel_time_split on the resolved weights (NOTES/performance.md quotes both)."""
+    kernel_time_split on the resolved weights; `--conv-rates COMPONENT:LENGTH [--precision int8]` (one precision,
+    int8 unless given): one JSON line of conv_rates (NOTES/performance.md quotes all three)."""
 
     parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.benchmark")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--conv-peak", action="store_true")
     mode.add_argument("--kernel-split", metavar="COMPONENT:LENGTH")
+    mode.add_argument("--conv-rates", metavar="COMPONENT:LENGTH")
     parser.add_argument("--precision", default="fp32,bf16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=48_000)
@@ -163,6 +292,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dilation", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.conv_rates:
+        import torch
+
+        from kokoro_tvm.weights.resolve import load_kmodel
+
+        component, length = args.conv_rates.split(":")
+        model, weights = load_kmodel(None, dtype=torch.float32)
+        precision = args.precision if args.precision != "fp32,bf16" else "int8"
+        print(json.dumps(conv_rates(model, weights.fingerprint, component, int(length), precision, args.runs,
+                                    args.threads)))
+        return
     if args.kernel_split:
         import torch
 
