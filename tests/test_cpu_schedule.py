@@ -536,3 +536,39 @@ def test_few_rows_over_a_long_odd_axis_split_the_long_axis_among_threads():
     (loop,) = [schedule.get(lp) for b in schedule.get_child_blocks(schedule.get_sblock("root"))
                for lp in schedule.get_loops(b) if schedule.get(lp).kind == tvm.tirx.ForKind.PARALLEL]  # fmt: skip
     assert int(loop.extent) == 22
+
+
+def test_a_conv_tile_prefetches_the_rows_its_epilogue_reads_and_writes():
+    """Before each tile's reduction one prefetch per tile row of the residual the epilogue adds (a read) and of
+    the output it writes (a write), none of a per-channel vector (the bias), no mark left after the pass
+    (passes.EpiloguePrefetch, marked by Contraction); the values are the unscheduled graph's."""
+    from kokoro_tvm.compiler.passes import EpiloguePrefetch
+    from kokoro_tvm.compiler.passes.prefetch import MARK
+    from kokoro_tvm.compiler.schedule.cpu import Contraction
+
+    def graph(a, weight, bias, residual):
+        return relax.op.add(relax.op.add(relax.op.nn.conv1d(a, weight, padding=1), bias), residual)
+
+    shapes = [(1, 16, 64), (32, 16, 3), (1, 32, 1), (1, 32, 64)]
+    target = tvm.target.Target(host_target())
+    (name, func), *_ = list(_fused_primfuncs(graph, shapes))
+    schedule = Contraction().apply(func, target, False)
+    assert schedule is not None, name
+    reduction = map(schedule.get, schedule.get_loops(schedule.get_sblock("conv1d_ncw_update")))
+    assert sum(MARK in loop.annotations for loop in reduction) == 1
+    lowered = EpiloguePrefetch()(tvm.IRModule({"main": schedule.mod["main"]}))["main"].script()
+    assert MARK not in lowered
+    # T.prefetch(T.address_of(buffer[..]), rw, locality, cache): the residual read (0), the output written (1)
+    prefetches = re.findall(r"T\.prefetch\(T\.address_of\(\w+\[[^\]]*\]\), (\d)", lowered)
+    assert sorted(prefetches) == ["0", "1"], prefetches
+    assert re.search(r"for prefetch_row in T\.unroll\(", lowered)
+    assert lowered.index("T.prefetch") < lowered.index('T.sblock("conv1d_ncw_update'), "issued before the reduction"
+    from kokoro_tvm.compiler.pipeline import phases
+
+    assert "EpiloguePrefetch" in [p.info.name for p in dict(phases(target))["schedule"]]  # CPU builds run it
+    rng = np.random.default_rng(9)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    (plain, ours), flags = _unscheduled_and_scheduled(graph, inputs)
+    assert all(flags.values())
+    # float32, a different summation order between the plain and the tiled loops: a few ulps
+    np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-5)

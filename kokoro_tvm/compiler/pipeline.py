@@ -10,7 +10,9 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
 3. legalize  Relax ops -> TIR, fused (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR)
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
              dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
-             then tile buffers of symbolic-length functions compacted to a fixed size
+             on the CPU each conv / matmul tile's epilogue lines prefetched as the tile starts
+             (passes.EpiloguePrefetch, where the Contraction rule marked them); then tile buffers of
+             symbolic-length functions compacted to a fixed size
              (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, float32 exp / tanh / sigmoid
              written out as vector arithmetic with libm's bits (passes.LibmExactExp), and bf16 and int8
              convolutions get the LLVM IR of their vdpbf16ps / vpdpbusd steps (packed.ImportLLVMKernels)
@@ -62,6 +64,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from kokoro_tvm.compiler.packed import ImportLLVMKernels
     from kokoro_tvm.compiler.passes import (
         AlignConvLengths,
+        EpiloguePrefetch,
         IntegerPowers,
         LibmExactExp,
         PolyphaseConvTranspose,
@@ -78,7 +81,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         counts = {} if coverage is None else coverage
         rules = schedule.rules(counts)
         count = [schedule.count_hand_written(counts)]
-        scheduled = []
+        scheduled, prefetch = [], []
         schedule.import_tensor_intrinsics()
     else:
         from kokoro_tvm.compiler.schedule import cpu as schedule
@@ -86,6 +89,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         backend = relax.backend.cpu_generic.pipeline
         rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
         rules, count = schedule.rules(), []
+        prefetch = [EpiloguePrefetch()]
         scheduled = [
             LibmExactExp(),
             ImportLLVMKernels({"bf16_conv1d": bf16.LLVM_KERNEL, "int8_conv1d": int8.LLVM_KERNEL}),
@@ -101,7 +105,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         ("rewrite", rewrites),
         ("dispatch", backend.library_dispatch_passes(target)),
         ("legalize", legalize + count),
-        ("schedule", [dlight.ApplyDefaultSchedule(*rules), CompactSymbolicBuffers(), *scheduled]),
+        ("schedule", [dlight.ApplyDefaultSchedule(*rules), *prefetch, CompactSymbolicBuffers(), *scheduled]),
         ("lower", backend.dataflow_lower_passes(target)),
         ("finalize", [*backend.finalize_passes(target), RestrictShapeFunctions()]),
     ]

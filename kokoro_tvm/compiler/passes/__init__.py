@@ -6,14 +6,23 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
   (conv outputs in whole column tiles);
 - sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes);
 - powers.py: `IntegerPowers` (x^2, x^3 as products);
-- libm_exp.py: `LibmExactExp`, the one TIR pass here (it runs after scheduling, in the schedule phase): float32
-  exp / tanh / sigmoid as vector arithmetic that gives glibc's expf bit for bit;
+- libm_exp.py and prefetch.py, the TIR passes here (they run after scheduling, in the schedule phase):
+  `LibmExactExp` (float32 exp / tanh / sigmoid as vector arithmetic that gives glibc's expf bit for bit) and
+  `EpiloguePrefetch` (a conv or matmul tile's epilogue lines prefetched as the tile starts);
 - base.py: what they (and the packed bf16 / int8 conv rewrites) share.
 """
 
 from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, PolyphaseConvTranspose
 from kokoro_tvm.compiler.passes.libm_exp import LibmExactExp
 from kokoro_tvm.compiler.passes.powers import IntegerPowers
+from kokoro_tvm.compiler.passes.prefetch import EpiloguePrefetch
 from kokoro_tvm.compiler.passes.sine import VectorizableSine
 
-__all__ = ["AlignConvLengths", "IntegerPowers", "LibmExactExp", "PolyphaseConvTranspose", "VectorizableSine"]
+__all__ = [
+    "AlignConvLengths",
+    "EpiloguePrefetch",
+    "IntegerPowers",
+    "LibmExactExp",
+    "PolyphaseConvTranspose",
+    "VectorizableSine",
+]

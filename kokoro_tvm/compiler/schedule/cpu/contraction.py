@@ -8,7 +8,8 @@ tensorized as one vdpbf16ps or vpdpbusd.
 
 The conv tile assumes the contiguous output axis is a multiple of COLS; kokoro_tvm.compiler.passes.conv_layout's
 `AlignConvLengths` arranges that. `Contraction.schedule` reads as its steps: match, tile choice, epilogue
-folding, loop order, epilogue placement, vector and tensorized steps.
+folding, loop order, epilogue placement, vector and tensorized steps, and the mark that has the epilogue's
+lines prefetched as each tile starts (kokoro_tvm.compiler.passes.EpiloguePrefetch).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from kokoro_tvm.components import LENGTH_TILE
 # half speed; those get 8 x 2. Vector width and cache geometry come from the target
 # (kokoro_tvm.compiler.targets.cpu_geometry).
 WIDE_TILE, NARROW_TILE = (16, 1), (8, 2)
+PREFETCH_MARK = "kokoro_prefetch_epilogue"  # on a tile's reduction loop: the epilogue block whose lines to prefetch
 ROW_CHOICES = (16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)  # the largest divisor of the row extent
 
 
@@ -271,7 +273,7 @@ def _order_loops(sch: s_tir.Schedule, found: _Match, tile: _Tile, reduce: list, 
     return second, row_i, col_i
 
 
-def _place_epilogue(sch: s_tir.Schedule, found: _Match, anchor, lanes: int) -> None:
+def _place_epilogue(sch: s_tir.Schedule, found: _Match, anchor, lanes: int) -> bool:
     """The accumulator tile under `anchor`, and the epilogue applied to it there when it reads the reduction at
     its own positions; otherwise the epilogue is its own pass over the finished reduction."""
     consumers = found.consumers
@@ -288,6 +290,14 @@ def _place_epilogue(sch: s_tir.Schedule, found: _Match, anchor, lanes: int) -> N
         vectorize_inner(sch, accumulator, lanes)
         if consumers:
             elementwise_loops(sch, consumers[-1].block_rv, lanes)
+    return per_tile_epilogue
+
+
+def _mark_prefetch(sch: s_tir.Schedule, epilogue, reduce_outer) -> None:
+    """Mark the tile's reduction loop with the name of the epilogue computed after it in the same tile:
+    kokoro_tvm.compiler.passes.EpiloguePrefetch (after scheduling) prefetches the lines that epilogue reads and
+    writes before the loop, so they arrive while the reduction runs."""
+    sch.annotate(reduce_outer, PREFETCH_MARK, sch.get(epilogue).name_hint)
 
 
 def _vector_steps(sch: s_tir.Schedule, found: _Match, tile: _Tile, reduce: list, row_i, col_i) -> None:
@@ -323,9 +333,12 @@ class Contraction(CPURule):
         # Step 4. Tiles and loop order.
         anchor, row_i, col_i = _order_loops(sch, found, tile, reduce, pair)
         # Step 5. The accumulator and the epilogue per tile.
-        _place_epilogue(sch, found, anchor, tile.lanes)
+        per_tile = _place_epilogue(sch, found, anchor, tile.lanes)
         # Step 6. Vector and tensorized steps; the producers as parallel vector loops.
         _vector_steps(sch, found, tile, reduce, row_i, col_i)
         for producer in found.producers:
             elementwise_loops(sch, producer.block_rv, tile.lanes)
+        # Step 7. A packed conv's epilogue lines prefetched as its tile starts.
+        if per_tile:
+            _mark_prefetch(sch, found.consumers[-1].block_rv, reduce[0])
         return sch
