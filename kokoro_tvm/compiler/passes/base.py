@@ -1,11 +1,11 @@
 """What every Relax rewrite of kokoro_tvm.compiler.passes (and the packed-conv rewrites of compiler.bf16 and
-compiler.int8) shares: the module-pass wrapper, shapes read off expressions, the conv alignment arithmetic, the
-parameter names an expression is computed from."""
+compiler.int8) shares: the module-pass wrappers (a Relax rewrite, a TIR rewrite), shapes read off expressions, the
+conv alignment arithmetic, the parameter names an expression is computed from."""
 
 from __future__ import annotations
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.expr_functor import PyExprMutator
 
 from kokoro_tvm.compiler.sizes import static_value
@@ -23,6 +23,25 @@ def rewriting_pass(name: str, make_rewriter):
             if isinstance(func, relax.Function):
                 rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
         return rewriter.builder_.get()
+
+    return _pass
+
+
+def primfunc_pass(name: str, rewrite):
+    """A module pass that replaces every PrimFunc by `rewrite(func)` (which returns `func` itself where it changes
+    nothing)."""
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def _pass(mod, _ctx):
+        updates = {}
+        for gvar, func in mod.functions_items():
+            if isinstance(func, tirx.PrimFunc):
+                rewritten = rewrite(func)
+                if not rewritten.same_as(func):
+                    updates[gvar] = rewritten
+        for gvar, func in updates.items():
+            mod[gvar] = func
+        return mod
 
     return _pass
 

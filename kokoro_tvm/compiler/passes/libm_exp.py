@@ -23,10 +23,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tvm
 import tvm_ffi
 from tvm import tirx
 from tvm.ir import Call
+
+from kokoro_tvm.compiler.passes.base import primfunc_pass
 
 FLOAT, WIDE = "float32", "float64"
 # glibc's __exp2f_data (N = 32): 32 / ln 2, the rounding shift 1.5 * 2^52, the polynomial C0 r^3 + C1 r^2 + C2 r + 1
@@ -126,17 +127,4 @@ def expand_exp(func: tirx.PrimFunc) -> tirx.PrimFunc:
 
 def LibmExactExp():  # noqa: N802 (TVM pass naming)
     """A module pass: `expand_exp` on every PrimFunc."""
-
-    @tvm.transform.module_pass(opt_level=0, name="LibmExactExp")
-    def _pass(mod, _ctx):
-        updates = {}
-        for gv, func in mod.functions_items():
-            if isinstance(func, tirx.PrimFunc):
-                expanded = expand_exp(func)
-                if not expanded.same_as(func):
-                    updates[gv] = expanded
-        for gv, func in updates.items():
-            mod[gv] = func
-        return mod
-
-    return _pass
+    return primfunc_pass("LibmExactExp", expand_exp)

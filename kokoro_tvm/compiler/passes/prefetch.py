@@ -11,10 +11,10 @@ per-channel vector), and drops the mark. A prefetch changes no value.
 
 from __future__ import annotations
 
-import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from kokoro_tvm.compiler.passes.base import primfunc_pass
 from kokoro_tvm.compiler.schedule.cpu.contraction import PREFETCH_MARK as MARK
 
 LOCALITY = 3  # keep in every cache level: the epilogue reads it a few thousand cycles later
@@ -95,20 +95,13 @@ def _strip(loop: tirx.For):
     return _unmarked(loop) if MARK in loop.annotations else loop
 
 
+def prefetch_epilogues(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`func` with every marked loop's prefetches in front of it and no mark left (module docstring)."""
+    body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, _expand)], order="post")
+    body = tvm_ffi.structural_map(body, [(tirx.For, _strip)], order="post")  # a mark with no epilogue after it
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
 def EpiloguePrefetch():  # noqa: N802 (TVM pass naming)
-    """A module pass: every marked loop of every PrimFunc gets its prefetches (module docstring)."""
-
-    @tvm.transform.module_pass(opt_level=0, name="EpiloguePrefetch")
-    def _pass(mod, _ctx):
-        updates = {}
-        for gv, func in mod.functions_items():
-            if isinstance(func, tirx.PrimFunc):
-                body = tvm_ffi.structural_map(func.body, [(tirx.SeqStmt, _expand)], order="post")
-                body = tvm_ffi.structural_map(body, [(tirx.For, _strip)], order="post")  # a mark with no sibling
-                if not body.same_as(func.body):
-                    updates[gv] = func.with_body(body)
-        for gv, func in updates.items():
-            mod[gv] = func
-        return mod
-
-    return _pass
+    """A module pass: `prefetch_epilogues` on every PrimFunc."""
+    return primfunc_pass("EpiloguePrefetch", prefetch_epilogues)
