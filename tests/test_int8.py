@@ -252,16 +252,16 @@ def test_int8_on_a_cpu_without_vnni_is_refused_before_any_work(capsys, tmp_path,
     assert not (tmp_path / "cache" / "artifacts").exists()
 
 
-# --- the instruction's own rate (kokoro_tvm.studies.benchmark.instruction_peak) --------------------------------
+# --- the instruction's own rate (kokoro_tvm.compiler.peak, studies.benchmark.instruction_peak) -----------------
 
 
 @needs_vnni
 def test_the_peak_loop_is_the_step_on_registers_and_computes_it():
-    """`instruction_peak` times a loop of vpdpbusd on PEAK_CHAINS register accumulators: nothing but the step in
-    the loop (no loads, no stores), and the accumulators hold exactly the dot products it issued."""
-    from kokoro_tvm.studies.benchmark import PEAK_CHAINS, peak_kernel
+    """`instruction_peak` times `peak_loop`, vpdpbusd on PEAK_CHAINS register accumulators: nothing but the step
+    in the loop (no loads, no stores), and the accumulators hold exactly the dot products it issued."""
+    from kokoro_tvm.compiler.peak import PEAK_CHAINS, peak_loop
 
-    executable = peak_kernel("int8", threads=2)
+    executable = peak_loop("int8", threads=2)
     asm = executable_asm(executable)
     count, stores = hot_loop(asm, "vpdpbusd")
     assert count >= PEAK_CHAINS and count % PEAK_CHAINS == 0 and stores == []  # LLVM may unroll the steps

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import warnings
 
 import numpy as np
@@ -147,71 +148,23 @@ def kernel_time_split(model, weights_fingerprint: str, component: str, length: i
     return record
 
 
-# The packed conv steps (kokoro_tvm.compiler.int8, compiler.bf16): the name FuseTIR keeps in the fused function,
-# the LLVM function of one 16-lane step, its accumulator type, and the operations (multiply and add) per step.
-PACKED_STEPS = {
-    "int8": ("int8_conv1d", "kokoro_dpbusd16", "int32x16", 16 * 4 * 2),  # vpdpbusd zmm: 16 lanes x 4 products
-    "bf16": ("bf16_conv1d", "kokoro_dpbf16ps16", "float32x16", 16 * 2 * 2),  # vdpbf16ps zmm: 16 lanes x 2
-}
-PEAK_CHAINS = 12  # independent accumulators: more than the instruction's latency x its issue rate on Zen 4
-
-
-def peak_kernel(kind: str, threads: int = 2):
-    """The compiled loop behind `instruction_peak`: each of `threads` threads issues `kind`'s packed step
-    ("int8": vpdpbusd, "bf16": vdpbf16ps) on PEAK_CHAINS register accumulators `count` times, nothing else (no
-    loads); `(out, count)` with out [threads, PEAK_CHAINS x 16] (the accumulators, so nothing is dead code)."""
-    import tvm
-    from tvm.script import tirx as T
-
-    from kokoro_tvm.compiler import bf16, int8
-    from kokoro_tvm.compiler.packed import ImportLLVMKernels
-    from kokoro_tvm.compiler.targets import host_target
-
-    mark, extern, acc_type, _ = PACKED_STEPS[kind]
-    lanes, chains = 16, PEAK_CHAINS
-    scalar = acc_type.split("x")[0]
-    # operand words: small values (bf16 pairs of 2^-7), so the float sums stay normal and finite
-    a_word, b_word = (0x01020304, 0x01010101) if kind == "int8" else (0x3C003C00, 0x3C003C00)
-
-    @T.prim_func
-    def peak(out: T.Buffer((threads, chains * lanes), scalar), count: T.int32):
-        T.func_attr({"global_symbol": mark, "tirx.noalias": True})
-        for thread in T.parallel(threads):
-            acc = T.alloc_buffer((chains * lanes,), scalar, scope="local")
-            for c in T.unroll(chains):
-                acc[T.ramp(c * lanes, 1, lanes)] = T.broadcast(T.Cast(scalar, thread + c), lanes)
-            for i in range(count):
-                for c in T.unroll(chains):
-                    acc[T.ramp(c * lanes, 1, lanes)] = T.call_pure_extern(
-                        acc_type, extern, acc[T.ramp(c * lanes, 1, lanes)],
-                        T.broadcast(a_word + T.Cast("int32", i % 2), lanes), T.broadcast(b_word + thread, lanes),
-                    )  # fmt: skip
-            for c in range(chains * lanes):
-                out[thread, c] = acc[c]
-
-    module = ImportLLVMKernels({mark: int8.LLVM_KERNEL if kind == "int8" else bf16.LLVM_KERNEL})(
-        tvm.IRModule({mark: peak})
-    )
-    return tvm.compile(module, target=tvm.target.Target(host_target()))
-
-
 def instruction_peak(kind: str, threads: int = 2, steps: int = 4_000_000, runs: int = 5) -> float:
-    """Operations per second of `kind`'s packed step alone (`peak_kernel`), the best of `runs` calls of `steps`
-    steps per thread: the rate no conv of ours can pass on this CPU; `conv_rates` reports our convs against it."""
-    import time
-
+    """Operations per second of `kind`'s packed step alone (kokoro_tvm.compiler.peak.peak_loop), the best of
+    `runs` calls of `steps` steps per thread: the rate no conv of ours can pass on this CPU; `conv_rates` reports
+    our convs against it."""
     import tvm
 
-    function = peak_kernel(kind, threads)[PACKED_STEPS[kind][0]]
-    scalar = PACKED_STEPS[kind][2].split("x")[0]
-    out = tvm.runtime.tensor(np.zeros((threads, PEAK_CHAINS * 16), scalar))
+    from kokoro_tvm.compiler.peak import PACKED_STEPS, PEAK_CHAINS, peak_loop
+
+    function = peak_loop(kind, threads)[PACKED_STEPS[kind].mark]
+    out = tvm.runtime.tensor(np.zeros((threads, PEAK_CHAINS * 16), PACKED_STEPS[kind].accumulator))
     function(out, 1000)  # threads up
     best = float("inf")
     for _ in range(runs):
         start = time.perf_counter()
         function(out, steps)
         best = min(best, time.perf_counter() - start)
-    return threads * steps * PEAK_CHAINS * PACKED_STEPS[kind][3] / best
+    return threads * steps * PEAK_CHAINS * PACKED_STEPS[kind].operations / best
 
 
 def _packed_operands(args, kind: str):
@@ -236,6 +189,7 @@ def conv_rates(model, weights_fingerprint: str, component: str, length: int, pre
 
     from kokoro_tvm.compiler.build import BuildSpec, build
     from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+    from kokoro_tvm.compiler.peak import PACKED_STEPS
 
     set_threads(threads)
     peaks = {kind: instruction_peak(kind, threads) for kind in PACKED_STEPS}  # before torch's threads wake
@@ -246,7 +200,7 @@ def conv_rates(model, weights_fingerprint: str, component: str, length: int, pre
     calls: dict[str, list] = {}  # per packed conv function: its kind and each call's operation count
 
     def instrument(func, name, before, ret, *args):
-        kind = next((k for k, (mark, *_) in PACKED_STEPS.items() if mark in name), None)
+        kind = next((k for k, step in PACKED_STEPS.items() if step.mark in name), None)
         if before and kind:
             o, c, k, t = _packed_operands(args, kind)
             calls.setdefault(name, [kind, []])[1].append(2 * o * c * k * t)
