@@ -174,17 +174,14 @@ def _channel_range(x: te.Tensor) -> te.Tensor:
     minimum and again for the maximum."""
     n, c, t = x.shape
     s = te.reduce_axis((0, t), "s")
-    if isinstance(n, tirx.IntImm) and int(n) == 1:  # one reduction axis: the CPU RowReduction rule's shape
-        return te.compute(
-            (c, 2), lambda channel, j: te.max(tirx.Select(j == 0, -x[0, channel, s], x[0, channel, s]), axis=s),
-            name="int8_range",
-        )
-    b = te.reduce_axis((0, n), "b")
-    return te.compute(
-        (c, 2),
-        lambda channel, j: te.max(tirx.Select(j == 0, -x[b, channel, s], x[b, channel, s]), axis=[b, s]),
-        name="int8_range",
-    )
+    single = isinstance(n, tirx.IntImm) and int(n) == 1  # then one reduction axis: the CPU RowReduction rule's shape
+    b = None if single else te.reduce_axis((0, n), "b")
+
+    def extremes(channel, j):
+        value = x[0 if single else b, channel, s]
+        return te.max(tirx.Select(j == 0, -value, value), axis=[s] if single else [b, s])
+
+    return te.compute((c, 2), extremes, name="int8_range")
 
 
 def _pack_weights(rows: te.Tensor, scales: te.Tensor, row_scale: te.Tensor, zeros: te.Tensor) -> list[te.Tensor]:

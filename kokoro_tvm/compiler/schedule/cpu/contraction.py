@@ -338,7 +338,7 @@ class Contraction(CPURule):
         _vector_steps(sch, found, tile, reduce, row_i, col_i)
         for producer in found.producers:
             elementwise_loops(sch, producer.block_rv, tile.lanes)
-        # Step 7. A packed conv's epilogue lines prefetched as its tile starts.
+        # Step 7. The epilogue's lines prefetched as each tile starts (a per-tile epilogue only).
         if per_tile:
             _mark_prefetch(sch, found.consumers[-1].block_rv, reduce[0])
         return sch
