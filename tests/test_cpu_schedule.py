@@ -359,6 +359,22 @@ def test_integer_powers_are_products(exponent):
     np.testing.assert_array_equal(_run(graph, [x], dtype="float32"), torch.pow(torch.tensor(x), exponent).numpy())
 
 
+def test_a_float32_running_sum_is_pytorchs_bit_for_bit():
+    # SineGen's phase: a running sum along the frame axis of [1, steps, harmonics]; PyTorch's CPU cumsum keeps a
+    # double accumulator and rounds each output. 20,000 steps of increments in [0, 0.1) put a float32
+    # accumulator 1e-3 away from it (the assertion below that the float32 order differs keeps the case able to fail).
+    from kokoro_tvm.compiler.passes import CumsumInFloat64
+
+    rng = np.random.default_rng(9)
+    x = (rng.random((1, 20000, 3)) * 0.1).astype(np.float32)
+    graph = lambda a: relax.op.cumsum(a, axis=1)  # noqa: E731
+    rewritten = CumsumInFloat64()(_module(graph, [x])).script()
+    assert "float64" in rewritten and rewritten.count("R.cumsum") == 1
+    got = _run(graph, [x], dtype="float32")
+    np.testing.assert_array_equal(got, torch.cumsum(torch.tensor(x), dim=1).numpy())
+    assert np.abs(got - np.cumsum(x, axis=1, dtype=np.float32)).max() > 1e-4
+
+
 AVX2 = {"kind": "llvm", "mcpu": "haswell"}  # 256-bit vectors, 16 registers: a subset of this CPU's AVX-512
 AARCH64 = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}  # NEON, 128-bit
 

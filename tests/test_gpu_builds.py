@@ -60,6 +60,29 @@ def test_metal_refuses_float64():
         check_dtype("float64", "metal")
 
 
+def test_metal_computes_the_float64_islands_of_a_float32_graph_in_float32():
+    """The export rounds SineGen's phase mix as PyTorch does through float64 (compiler.export.mix_neighbours);
+    Metal has none, so its pipeline drops those casts (and the CPU / CUDA one keeps them)."""
+    from tvm import relax
+
+    from kokoro_tvm.compiler.pipeline import phases
+    from kokoro_tvm.compiler.targets import METAL_TARGET
+
+    bb = relax.BlockBuilder()
+    x, w = (relax.Var(name, relax.TensorType((4, 8), "float32")) for name in ("x", "w"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            wide = relax.op.add(relax.op.multiply(relax.op.astype(x, "float64"), relax.op.astype(w, "float64")),
+                                relax.op.astype(relax.op.multiply(x, w), "float64"))  # fmt: skip
+            out = bb.emit_output(relax.op.astype(wide, "float32"))
+        bb.emit_func_output(out)
+    rewrite = dict(phases(METAL_TARGET))["rewrite"]
+    demoted = tvm.transform.Sequential(rewrite)(bb.get())
+    assert "float64" not in demoted.script() and "float64" in bb.get().script()
+    cpu_rewrites = {getattr(p, "info", None) and p.info.name for p in dict(phases({"kind": "llvm"}))["rewrite"]}
+    assert "DemoteFloat64" not in cpu_rewrites and "CumsumInFloat64" in cpu_rewrites
+
+
 def test_metal_duration_component_builds(random_model):
     build = build_sources(random_model, BuildSpec("duration", 8), "metal")
     assert build.problems() == [] and build.kernel_count >= len(build.launches)

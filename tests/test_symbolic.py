@@ -18,17 +18,54 @@ from kokoro_tvm.compiler.symbolic import LENGTH_TILE, SymbolicShape, tile_count
 
 @pytest.mark.parametrize("length", [2, 128, 2048])
 def test_linear_resample_is_torch_interpolate(length):
-    """SineGen's x300 and /300 linear interpolations rewritten as a gather: torch's own arithmetic."""
+    """SineGen's x300 and /300 linear interpolations rewritten as a gather: torch's own arithmetic, in float32
+    bit for bit (the source position and the fused final mix rounded as its CPU kernel rounds them)."""
     g = torch.Generator().manual_seed(length)
-    for dtype, tolerance in ((torch.float64, 1e-14), (torch.float32, 4 * torch.finfo(torch.float32).eps)):
+    for dtype in (torch.float64, torch.float32):
         x = torch.randn(1, 9, length, generator=g, dtype=dtype).cumsum(-1) * 300  # a phase-like ramp
         up = F.interpolate(x, scale_factor=300, mode="linear")
-        # the source position is rounded as torch rounds it, so the only difference is the final mix
-        # (w0 * a + w1 * b, possibly fused): a few ulps of the output's magnitude
-        assert (linear_resample(x, 300 * length, 300) - up).abs().max() <= tolerance * up.abs().max()
+        if dtype == torch.float32:
+            assert torch.equal(linear_resample(x, 300 * length, 300), up)
+        else:  # float64 keeps the plain expression, torch's kernel may fuse it: ulps of the output's magnitude
+            assert (linear_resample(x, 300 * length, 300) - up).abs().max() <= 1e-14 * up.abs().max()
         y = torch.randn(1, 9, 300 * length, generator=g, dtype=dtype)
         down = F.interpolate(y, scale_factor=1 / 300, mode="linear")
         assert torch.equal(linear_resample(y, length, 1 / 300), down)  # weights exactly 1/2: exact
+
+
+def test_the_compiled_phase_upsampling_is_torchs_bit_for_bit():
+    """SineGen's phase reaches 1e6 rad after the x300 upsampling, where a float32 ulp is 0.06-0.125 rad: the
+    compiled resample (converter table, our CPU pipeline) gives F.interpolate's float32 values exactly, where
+    the plain expression (as the export wrote it before, and as LLVM contracts it) differs on a fifth of them."""
+    import tvm
+    from tvm import relax
+
+    from kokoro_tvm.compiler.converters import to_relax
+    from kokoro_tvm.compiler.pipeline import relax_pipeline
+    from kokoro_tvm.compiler.targets import host_target
+
+    class PhaseUpsample(torch.nn.Module):
+        def forward(self, phase):
+            return linear_resample(phase * 300, phase.shape[-1] * 300, 300)
+
+    rng = np.random.default_rng(0)  # SineGen's 9 harmonics of a 120-360 Hz voice, 713 frames (2 steps each)
+    increments = rng.uniform(0.005, 0.015, (1, 9, 1426)) * np.arange(1, 10)[None, :, None]
+    phase = torch.from_numpy((np.cumsum(increments, axis=-1) * 2 * np.pi).astype(np.float32))
+    target = tvm.target.Target(host_target())
+    mod = to_relax(torch.export.export(PhaseUpsample(), (phase,)), keep_params_as_input=False)
+    vm = relax.VirtualMachine(tvm.compile(mod, target=target, relax_pipeline=relax_pipeline(target)), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(phase.numpy()))
+    got = (out[0] if isinstance(out, tvm.ir.Array) else out).numpy()
+    expected = F.interpolate(phase * 300, scale_factor=300, mode="linear").numpy()
+    np.testing.assert_array_equal(got, expected)
+    # the plain mix rounds differently: the test would fail on the export as it was
+    position = np.maximum((np.arange(expected.shape[-1]) + 0.5) * np.float64(np.float32(1 / 300)) - 0.5, 0)
+    position = position.astype(np.float32)
+    left = np.floor(position).astype(np.int64)
+    weight = position - left.astype(np.float32)
+    source = np.concatenate([phase.numpy() * 300, phase.numpy()[..., -1:] * 300], axis=-1)
+    plain = source[..., left] * (np.float32(1) - weight) + source[..., left + 1] * weight
+    assert np.mean(plain != expected) > 0.05
 
 
 def test_nearest_rewrites_are_exact():

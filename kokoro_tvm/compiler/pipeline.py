@@ -5,7 +5,9 @@ that calls TVM's build APIs.
 Phases, in order (each a list of passes; `phases(target)` returns them by name):
 
 1. rewrite   our Relax rewrites (kokoro_tvm.compiler.passes): polyphase ConvTranspose and aligned conv lengths
-             everywhere; on the CPU the vectorizable sine and integer powers, on a GPU the GPU LSTM kernel
+             everywhere; on the CPU the vectorizable sine and integer powers, on a GPU the GPU LSTM kernel;
+             float32 running sums accumulated in float64 as PyTorch does; Metal (no float64) computes the
+             graph's float64 islands in float32
 2. dispatch  the backend's library dispatch (sampling, sort/scan)
 3. legalize  Relax ops -> TIR, fused (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR)
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
@@ -64,6 +66,8 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from kokoro_tvm.compiler.packed import ImportLLVMKernels
     from kokoro_tvm.compiler.passes import (
         AlignConvLengths,
+        CumsumInFloat64,
+        DemoteFloat64,
         EpiloguePrefetch,
         IntegerPowers,
         LibmExactExp,
@@ -78,6 +82,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
 
         backend = relax.backend.gpu_generic.pipeline
         rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), schedule.UseGPURecurrence]
+        rewrites.append(DemoteFloat64() if target.kind.name == "metal" else CumsumInFloat64())  # Metal: no float64
         counts = {} if coverage is None else coverage
         rules = schedule.rules(counts)
         count = [schedule.count_hand_written(counts)]
@@ -87,7 +92,8 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         from kokoro_tvm.compiler.schedule import cpu as schedule
 
         backend = relax.backend.cpu_generic.pipeline
-        rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers()]
+        rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers(),
+                    CumsumInFloat64()]  # fmt: skip
         rules, count = schedule.rules(), []
         prefetch = [EpiloguePrefetch()]
         scheduled = [

@@ -6,6 +6,8 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
   (conv outputs in whole column tiles);
 - sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes);
 - powers.py: `IntegerPowers` (x^2, x^3 as products);
+- cumsum.py: `CumsumInFloat64` (a float32 running sum accumulated in float64, as PyTorch's CPU cumsum);
+- float64.py: `DemoteFloat64` (for Metal, which has no float64: float64 islands of a float32 graph in float32);
 - libm_exp.py and prefetch.py, the TIR passes here (they run after scheduling, in the schedule phase):
   `LibmExactExp` (float32 exp / tanh / sigmoid as vector arithmetic that gives glibc's expf bit for bit) and
   `EpiloguePrefetch` (a conv or matmul tile's epilogue lines prefetched as the tile starts);
@@ -13,6 +15,8 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
 """
 
 from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, PolyphaseConvTranspose
+from kokoro_tvm.compiler.passes.cumsum import CumsumInFloat64
+from kokoro_tvm.compiler.passes.float64 import DemoteFloat64
 from kokoro_tvm.compiler.passes.libm_exp import LibmExactExp
 from kokoro_tvm.compiler.passes.powers import IntegerPowers
 from kokoro_tvm.compiler.passes.prefetch import EpiloguePrefetch
@@ -20,6 +24,8 @@ from kokoro_tvm.compiler.passes.sine import VectorizableSine
 
 __all__ = [
     "AlignConvLengths",
+    "CumsumInFloat64",
+    "DemoteFloat64",
     "EpiloguePrefetch",
     "IntegerPowers",
     "LibmExactExp",
