@@ -28,6 +28,7 @@ import numpy as np
 
 from kokoro_tvm.compiler.targets import host_target, target_for
 from kokoro_tvm.components import NAMES
+from kokoro_tvm.config import SAMPLES_PER_FRAME
 from kokoro_tvm.errors import InputError, ResourceError, UnsupportedError
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
@@ -237,6 +238,10 @@ def _record(model, weights_fingerprint: str, folder: Path, utterances, pack, noi
         reference = run_stages(model, chunk.padded_ids, style, speed=utterance.speed, noise=noise_src, stream=0)
         np.save(folder / "audio" / f"{utterance.name}-pt.npy", reference.audio.astype(np.float32))
         np.save(folder / "audio" / f"{utterance.name}-cpu.npy", stages.audio.astype(np.float32))
+        (decoder_inputs,) = [inputs for component, _, inputs, _, _ in recorder.calls[first:] if component == "decoder"]
+        frames = int(stages.alignment.shape[0])
+        same_inputs = pt_decoder_audio(model, decoder_inputs, frames)
+        np.save(folder / "audio" / f"{utterance.name}-pt-same-inputs.npy", same_inputs)
         for component, length, inputs, tiles, outputs in recorder.calls[first:]:
             name = f"{utterance.name}-{component}"
             arrays = {f"input{i}": x for i, x in enumerate(inputs)} | {f"expected{i}": y for i, y in enumerate(outputs)}
@@ -249,6 +254,21 @@ def _record(model, weights_fingerprint: str, folder: Path, utterances, pack, noi
                            buckets=list(stages.buckets)))  # fmt: skip
         log.info("%s: %d tokens, %d frames recorded", utterance.name, spoken[-1]["tokens"], spoken[-1]["frames"])
     return cases, spoken
+
+
+def pt_decoder_audio(model, inputs: list[np.ndarray], frames: int) -> np.ndarray:
+    """PyTorch's decoder (pt.dynamic's, SineGen's noise taken from the call) on one recorded decoder call's
+    inputs, cut to its `frames`: what the CPU build's decoder is scored against on exactly its own inputs (the
+    scale for a device's deviation from the CPU build, `gpu_check.score`)."""
+    import torch
+
+    from kokoro_tvm.reference.pt_dynamic import explicit_sine_noise_tensors
+
+    asr, f0, n, style, initial_phase, additive = (torch.as_tensor(x) for x in inputs[:6])
+    samples = frames * SAMPLES_PER_FRAME
+    with torch.no_grad(), explicit_sine_noise_tensors(model.decoder, initial_phase, additive[:, :samples]):
+        audio = model.decoder(asr[..., :frames], f0[:, : 2 * frames], n[:, : 2 * frames], style)
+    return audio.reshape(-1).numpy().astype(np.float32)
 
 
 def transfer_parts(folder, limit: int = PART_BYTES) -> list[list[str]]:

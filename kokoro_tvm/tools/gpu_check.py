@@ -5,7 +5,8 @@ each of them, compared with the CPU build's outputs and scored against PyTorch.
   standalone runner to the device's machine;
 - the runner (on the device's machine) writes results.json and every output;
 - `score`: back here, durations from the device's duration logits against the CPU build's, and the device's
-  audio against pt.dynamic (PESQ-WB, STOI) and against the CPU build (relative L2);
+  audio against pt.dynamic (PESQ-WB, STOI) and against the CPU build (relative L2), beside the CPU build's own
+  decoder against PyTorch's on the same inputs;
 - `gpu_check`: all three in one process, on a machine with the device and this project installed
   (`kokoro-tvm gpu-check --target cuda|metal|cpu`); `--target cpu` is the check of the check, run by the tests;
 - `recorded_runs`, `symbolic_build_status`: what notebook 06 reports.
@@ -54,7 +55,8 @@ def bundle_errors():
 def score(folder, results_dir) -> dict:
     """Durations and audio from a runner's outputs (results_dir/outputs/<case>.npz), per utterance: durations
     from the device's duration logits equal to the CPU build's; the device's decoder audio against pt.dynamic
-    (PESQ-WB, STOI) and against the CPU build (relative L2); the components' summed median latency."""
+    (PESQ-WB, STOI) and against the CPU build (relative L2), and the CPU build's decoder against PyTorch's on
+    its own inputs (the scale for the device's deviation); the components' summed median latency."""
     from kokoro_tvm.evaluation.metrics import pesq_wb, rel_l2, stoi
 
     folder, results_dir = Path(folder), Path(results_dir)
@@ -74,6 +76,7 @@ def score(folder, results_dir) -> dict:
         audio = output("decoder").reshape(-1)[: utterance["frames"] * SAMPLES_PER_FRAME]
         reference = np.load(folder / "audio" / f"{name}-pt.npy")
         cpu = np.load(folder / "audio" / f"{name}-cpu.npy")
+        same_inputs = folder / "audio" / f"{name}-pt-same-inputs.npy"  # absent in bundles made before it
         seconds = [c["seconds_median"] for c in results["cases"] if c["utterance"] == name]
         rows.append({
             "utterance": name,
@@ -82,6 +85,8 @@ def score(folder, results_dir) -> dict:
             "durations_equal_cpu": bool(np.array_equal(durations, np.asarray(utterance["durations"]))),
             "durations_equal_pt": bool(np.array_equal(durations, np.asarray(utterance["pt_durations"]))),
             "audio_rel_l2_vs_cpu": rel_l2(cpu, audio),
+            # the same measure one step up: the CPU build's decoder against PyTorch's on the same inputs
+            "cpu_audio_rel_l2_vs_pt_same_inputs": rel_l2(np.load(same_inputs), cpu) if same_inputs.exists() else None,
             "pesq_wb_vs_pt": pesq_wb(reference, audio),
             "stoi_vs_pt": stoi(reference, audio),
             "components_seconds": sum(seconds),
