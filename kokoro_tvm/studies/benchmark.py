@@ -154,10 +154,10 @@ def instruction_peak(kind: str, threads: int = 2, steps: int = 4_000_000, runs: 
     our convs against it."""
     import tvm
 
-    from kokoro_tvm.compiler.peak import PACKED_STEPS, PEAK_CHAINS, peak_loop
+    from kokoro_tvm.compiler.peak import LANES, PACKED_STEPS, PEAK_CHAINS, peak_loop
 
     function = peak_loop(kind, threads)[PACKED_STEPS[kind].mark]
-    out = tvm.runtime.tensor(np.zeros((threads, PEAK_CHAINS * 16), PACKED_STEPS[kind].accumulator))
+    out = tvm.runtime.tensor(np.zeros((threads, PEAK_CHAINS * LANES), PACKED_STEPS[kind].accumulator))
     function(out, 1000)  # threads up
     best = float("inf")
     for _ in range(runs):
