@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 # Part of every cache key, bumped by hand with a name for a change in what builds compute (its history is git's
 # log of this line); the build-source digest below forces a rebuild after any edit in any case.
-RECIPE_VERSION = "25-cumsum-in-float64"
+RECIPE_VERSION = "25-phase-rounded-as-pytorch"
 
 # The source that decides what a build computes, relative to the package root: the compiler, the component
 # registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a

@@ -1,12 +1,13 @@
 """What every Relax rewrite of kokoro_tvm.compiler.passes (and the packed-conv rewrites of compiler.bf16 and
-compiler.int8) shares: the module-pass wrappers (a Relax rewrite, a TIR rewrite), shapes read off expressions, the
-conv alignment arithmetic, the parameter names an expression is computed from."""
+compiler.int8) shares: the module-pass wrappers (a Relax rewrite, one operator's Relax rewrite, a TIR rewrite),
+shapes read off expressions, the conv alignment arithmetic, the parameter names an expression is computed
+from."""
 
 from __future__ import annotations
 
 import tvm
 from tvm import relax, tirx
-from tvm.relax.expr_functor import PyExprMutator
+from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from kokoro_tvm.compiler.sizes import static_value
 
@@ -25,6 +26,23 @@ def rewriting_pass(name: str, make_rewriter):
         return rewriter.builder_.get()
 
     return _pass
+
+
+def call_rewriting_pass(name: str, op_name: str, rewrite):
+    """A Relax rewrite of one operator: every call of `op_name` (its arguments already rewritten) becomes
+    `rewrite(call)`, which returns the call itself where it changes nothing."""
+
+    @mutator
+    class _CallRewriter(PyExprMutator):
+        def __init__(self, mod):
+            super().__init__(mod)
+            self.op = tvm.ir.Op.get(op_name)
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            return rewrite(call) if call.op.same_as(self.op) else call
+
+    return rewriting_pass(name, _CallRewriter)
 
 
 def primfunc_pass(name: str, rewrite):

@@ -11,31 +11,20 @@ Not for Metal (no float64): `kokoro_tvm.compiler.pipeline` runs this only where 
 
 from __future__ import annotations
 
-import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from kokoro_tvm.compiler.passes.base import rewriting_pass
+from kokoro_tvm.compiler.passes.base import call_rewriting_pass
 
 
-@mutator
-class _CumsumRewriter(PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.cumsum = tvm.ir.Op.get("relax.cumsum")
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not call.op.same_as(self.cumsum):
-            return call
-        x = call.args[0]
-        dtype = str(call.attrs.dtype or x.ty.dtype)
-        if dtype != "float32" or str(x.ty.dtype) != "float32":
-            return call
-        wide = relax.op.cumsum(relax.op.astype(x, "float64"), axis=call.attrs.axis, dtype="float64",
-                               exclusive=bool(call.attrs.exclusive))  # fmt: skip
-        return relax.op.astype(wide, "float32")
+def _accumulated_in_float64(call):
+    x = call.args[0]
+    dtype = str(call.attrs.dtype or x.ty.dtype)
+    if dtype != "float32" or str(x.ty.dtype) != "float32":
+        return call
+    wide = relax.op.cumsum(relax.op.astype(x, "float64"), axis=call.attrs.axis, dtype="float64",
+                           exclusive=bool(call.attrs.exclusive))  # fmt: skip
+    return relax.op.astype(wide, "float32")
 
 
 def CumsumInFloat64():  # noqa: N802 (TVM pass naming)
-    return rewriting_pass("CumsumInFloat64", _CumsumRewriter)
+    return call_rewriting_pass("CumsumInFloat64", "relax.cumsum", _accumulated_in_float64)

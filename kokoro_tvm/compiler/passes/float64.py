@@ -5,26 +5,14 @@ for completeness here, never run (NOTES/metal.md)."""
 
 from __future__ import annotations
 
-import tvm
-from tvm.relax.expr_functor import PyExprMutator, mutator
-
-from kokoro_tvm.compiler.passes.base import rewriting_pass
+from kokoro_tvm.compiler.passes.base import call_rewriting_pass
 
 
-@mutator
-class _DemoteRewriter(PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.astype = tvm.ir.Op.get("relax.astype")
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if call.op.same_as(self.astype) and str(call.attrs.dtype) == "float64":
-            source = call.args[0]
-            if str(getattr(source.ty, "dtype", "")) == "float32":
-                return source
-        return call
+def _without_widening(call):
+    source = call.args[0]
+    widens = str(call.attrs.dtype) == "float64" and str(getattr(source.ty, "dtype", "")) == "float32"
+    return source if widens else call
 
 
 def DemoteFloat64():  # noqa: N802 (TVM pass naming)
-    return rewriting_pass("DemoteFloat64", _DemoteRewriter)
+    return call_rewriting_pass("DemoteFloat64", "relax.astype", _without_widening)

@@ -5,32 +5,22 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from kokoro_tvm.compiler.passes.base import rewriting_pass
+from kokoro_tvm.compiler.passes.base import call_rewriting_pass
 
 
-@mutator
-class _PowerRewriter(PyExprMutator):
-    def __init__(self, mod):
-        super().__init__(mod)
-        self.power = tvm.ir.Op.get("relax.power")
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        exponent = call.args[1] if call.op.same_as(self.power) else None
-        if not isinstance(exponent, tvm.ir.expr.Constant) or exponent.value.numpy().size != 1:
-            return call
-        value = float(exponent.value.numpy().reshape(()))
-        x = call.args[0]
-        if value == 2.0:
-            return relax.op.multiply(x, x)
-        if value == 3.0:  # PyTorch's order for pow(x, 3): (x * x) * x
-            return relax.op.multiply(relax.op.multiply(x, x), x)
+def _as_products(call):
+    exponent = call.args[1]
+    if not isinstance(exponent, tvm.ir.expr.Constant) or exponent.value.numpy().size != 1:
         return call
+    value = float(exponent.value.numpy().reshape(()))
+    x = call.args[0]
+    if value == 2.0:
+        return relax.op.multiply(x, x)
+    if value == 3.0:  # PyTorch's order for pow(x, 3): (x * x) * x
+        return relax.op.multiply(relax.op.multiply(x, x), x)
+    return call
 
 
 def IntegerPowers():  # noqa: N802 (TVM pass naming)
-    return rewriting_pass("IntegerPowers", _PowerRewriter)
-
-
+    return call_rewriting_pass("IntegerPowers", "relax.power", _as_products)
