@@ -12,7 +12,7 @@ from kernel_asm import executable_asm, hot_loop
 from tvm import relax
 
 from kokoro_tvm.compiler import int8
-from kokoro_tvm.compiler.targets import host_target
+from kokoro_tvm.compiler.targets import cpu_geometry, host_target
 from kokoro_tvm.studies.benchmark import _int8_conv_module
 
 needs_vnni = pytest.mark.skipif(not int8.host_supports_int8(), reason="this CPU has no AVX512_VNNI")
@@ -172,7 +172,8 @@ def test_the_channel_range_is_min_and_max_bit_for_bit_from_one_read_of_each_row(
     target = tvm.target.Target(host_target())
     schedule = RowReduction().apply(module["int8_range"], target, False)
     assert schedule is not None
-    lanes = 16 if steps % 16 == 0 else None
+    lanes = cpu_geometry(target).lanes(32)  # 16 with AVX-512, 8 with AVX2
+    lanes = lanes if steps % lanes == 0 else None
     if lanes:  # under the row loop: the row's vectors, then the pair, then the lanes
         update = schedule.get_sblock("int8_range_rf_update")
         extents = [schedule.get(loop).extent for loop in schedule.get_loops(update)]

@@ -25,11 +25,10 @@ import torch
 import tvm
 
 from kokoro_tvm.artifacts import Artifact, ArtifactError, file_sha256, params_digest
-from kokoro_tvm.compiler import bf16, int8
+from kokoro_tvm.compiler import bf16, int8, packed
 from kokoro_tvm.compiler.bf16 import require_bf16
 from kokoro_tvm.compiler.converters import to_relax
 from kokoro_tvm.compiler.export import ComponentShape, export_component
-from kokoro_tvm.compiler.int8 import require_int8
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
 from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
 from kokoro_tvm.compiler.targets import DTYPES, check_dtype, host_target
@@ -211,11 +210,11 @@ def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
 
 def require_arithmetic(arithmetic: str, target) -> None:
     """Refuse, in one line, a reduced-precision build for a target without its instructions (bf16: AVX512_BF16;
-    int8: AVX512_VNNI as well)."""
-    if arithmetic in ("bf16", "int8"):
+    int8: AVX512_VNNI, and AVX512_BF16 for its bf16 layers; the line names every one missing)."""
+    if arithmetic == "bf16":
         require_bf16(target)
-    if arithmetic == "int8":
-        require_int8(target)
+    elif arithmetic == "int8":
+        packed.require(target, int8.FEATURE, bf16.FEATURE)
 
 
 def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:

@@ -73,20 +73,29 @@ def _mcpu(target) -> str | None:
     return str(target.attrs["mcpu"]) if "mcpu" in getattr(target, "attrs", {}) else None
 
 
-def require(target, feature: PackedFeature) -> None:
-    """Refuse (feature.error, one line) a target without `feature`, and a host target (a dict or a Target) on a
-    CPU whose flags lack it."""
-    if not target_has_feature(target, feature.llvm):
+def require(target, *features: PackedFeature) -> None:
+    """Refuse (the first feature's error, one line naming every one that is missing) a target without all of
+    `features`, and a host target (a dict or a Target) on a CPU whose flags lack one. `features` go from the
+    build's own to the most basic: the last missing one says which precision is left."""
+    precision = features[0].precision
+    lacking = [f for f in features if not target_has_feature(target, f.llvm)]
+    if lacking:
         described = target.get("mcpu", target.get("kind")) if isinstance(target, dict) else str(target)
-        raise feature.error(
-            f"{feature.precision} builds need an x86 CPU with {feature.title} ({feature.instruction}); the target "
-            f"{described} has none: use --precision {feature.instead}"
+        raise features[0].error(
+            f"{precision} builds need an x86 CPU with {_titles(lacking)}; the target {described} has "
+            f"{'none' if len(lacking) == 1 else 'neither'}: use --precision {lacking[-1].instead}"
         )
-    if _mcpu(target) == host_target().get("mcpu") and cpu_flag(feature.flag) is False:
-        raise feature.error(
-            f"{feature.precision} builds need {feature.title} ({feature.instruction}), which this CPU does not "
-            f"report in /proc/cpuinfo: use --precision {feature.instead}"
+    on_host = _mcpu(target) == host_target().get("mcpu")
+    denied = [f for f in features if on_host and cpu_flag(f.flag) is False]
+    if denied:
+        raise features[0].error(
+            f"{precision} builds need {_titles(denied)}, which this CPU does not report in /proc/cpuinfo: use "
+            f"--precision {denied[-1].instead}"
         )
+
+
+def _titles(features: list[PackedFeature]) -> str:
+    return " and ".join(f"{f.title} ({f.instruction})" for f in features)
 
 
 def register_step(name: str, make: Callable[[], tuple]) -> str:
