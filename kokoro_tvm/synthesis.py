@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import logging
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,11 +23,12 @@ from kokoro_tvm.frontend.g2p import g2p_name
 from kokoro_tvm.frontend.text import (
     DEFAULT_LANGUAGE,
     FIRST_PIECE_MAX,
+    PIECE_GROWTH,
     Chunk,
     foreign_letters,
+    iter_stream_pieces,
     phonemize,
     prepare,
-    stream_pieces,
     tokenize,
 )
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
@@ -41,6 +43,11 @@ MIN_SPEED, MAX_SPEED = 0.25, 4.0
 # silence beyond that is dropped); "speech" is the first sample above SILENCE (-60 dBFS).
 JOIN_LEAD_SECONDS = 0.1
 SILENCE = 1e-3
+# Stream pace: a later piece may take at most this share of the time the audio handed over but not yet played
+# leaves, at the speed the piece before was spoken (its per-call overhead included, so a longer piece is
+# spoken faster per symbol than this expects); the rest is room for the machine's speed to move between calls.
+PACE_MARGIN = 0.7
+CLOCK = time.perf_counter
 
 
 @dataclass
@@ -227,34 +234,77 @@ def synthesize_stream(text: str | None = None, *, first_max: int = FIRST_PIECE_M
     """Speak `text` as a stream: iterating the result yields float32 audio pieces at SAMPLE_RATE, each as soon as
     it is spoken; the pieces end to end are the whole speech. Pieces follow kokoro_tvm.frontend.text.
     stream_pieces: the first ends at the first clause or sentence end past a few words, each later one is whole
-    sentences (or clauses) within twice the one before. `options`: `synthesize`'s keyword arguments, with its
+    sentences (or clauses) within twice the one before, and within what StreamPace says this machine can speak
+    before the audio already handed over has played. `options`: `synthesize`'s keyword arguments, with its
     defaults; bad input, an unknown voice or an unusable backend raises here, before the first piece."""
     bound = inspect.signature(synthesize).bind(text, **options)  # an unknown option is a TypeError, as there
     bound.apply_defaults()
     request = _Request.make(*bound.arguments.values())
-    return SpeechStream(request, stream_pieces(request.phonemes, first_max))
+    return SpeechStream(request, first_max)
+
+
+class StreamPace:
+    """How many phoneme symbols the next piece of a stream may have so that it is ready before the audio handed
+    over so far has finished playing (played from the first piece's hand-over, without pause): the growth rule's
+    `growth` times the piece before, cut to PACE_MARGIN of the time left at the speed the piece before was spoken.
+    A machine that speaks the plan in time gets the plan; a slower one (or a busy one) gets shorter pieces, down
+    to one clause. `shortened` counts the pieces the pace made shorter than the plan."""
+
+    def __init__(self, growth: float = PIECE_GROWTH, margin: float = PACE_MARGIN, clock: Callable[[], float] = CLOCK):
+        self.growth, self.margin, self.clock = growth, margin, clock
+        self.play_end: float | None = None  # when the audio handed over so far has played, on `clock`
+        self.seconds_per_symbol = 0.0
+        self.shortened = 0
+
+    def spoken(self, symbols: int, speak_s: float, audio_s: float) -> None:
+        """A piece of `symbols` took `speak_s` to speak and gives `audio_s` of audio, handed over now."""
+        now = self.clock()
+        self.seconds_per_symbol = speak_s / max(1, symbols)
+        self.play_end = (now if self.play_end is None else max(self.play_end, now)) + audio_s
+
+    def limit(self, previous: str) -> int:
+        """The next piece's limit in symbols, asked when it is about to be spoken."""
+        planned = int(self.growth * len(previous))
+        if self.play_end is None or self.seconds_per_symbol <= 0:
+            return planned
+        left = self.play_end - self.clock()
+        affordable = int(self.margin * left / self.seconds_per_symbol)
+        if affordable < planned:
+            self.shortened += 1
+            log.debug("stream pace: next piece within %d symbols, not %d (%.2f s of audio left to play)",
+                     max(1, affordable), planned, left)  # fmt: skip
+        return max(1, min(planned, affordable))
 
 
 class SpeechStream:
-    """One utterance spoken piece by piece as it is iterated. `pieces`: each piece's phonemes, known up front;
-    after the stream is spent, `chunks` and `durations` as in Speech and `metadata()` what `synthesize` records,
-    with the pieces' count."""
+    """One utterance spoken piece by piece as it is iterated. `pieces`: each piece's phonemes, cut as it is
+    wanted (kokoro_tvm.frontend.text.iter_stream_pieces, sized by `pace`); after the stream is spent, `chunks`
+    and `durations` as in Speech and `metadata()` what `synthesize` records, with the pieces' count and how many
+    the pace shortened."""
 
-    def __init__(self, request: _Request, pieces: list[str]):
-        self.request, self.pieces = request, pieces
+    def __init__(self, request: _Request, first_max: int = FIRST_PIECE_MAX, pace: StreamPace | None = None):
+        self.request, self.first_max, self.pace = request, first_max, pace or StreamPace()
+        self.pieces: list[str] = []
         self.chunks: list[Chunk] = []
         self.durations: list[np.ndarray] = []
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        for i, piece in enumerate(self.pieces):
+        pieces = iter_stream_pieces(self.request.phonemes, self.pace.limit, self.first_max)
+        for i, piece in enumerate(pieces):
+            start = self.pace.clock()
             chunk = Chunk(piece, tokenize(piece))
             audio, durations = self.request.speak(chunk, stream=i)
+            if i:
+                audio = trim_leading_silence(audio, int(durations[0]) * SAMPLES_PER_FRAME)
+            self.pieces.append(piece)
             self.chunks.append(chunk)
             self.durations.append(durations)
-            yield audio if i == 0 else trim_leading_silence(audio, int(durations[0]) * SAMPLES_PER_FRAME)
+            self.pace.spoken(len(piece), self.pace.clock() - start, audio.size / SAMPLE_RATE)
+            yield audio
 
     def metadata(self) -> dict:
-        return dict(self.request.metadata(self.chunks), stream_pieces=len(self.pieces))
+        return dict(self.request.metadata(self.chunks), stream_pieces=len(self.pieces),
+                    stream_pieces_shortened=self.pace.shortened)  # fmt: skip
 
 
 def trim_leading_silence(audio: np.ndarray, pad_samples: int, keep: float = JOIN_LEAD_SECONDS) -> np.ndarray:

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from scipy.io import wavfile
 
 from kokoro_tvm.config import MAX_PHONEMES
-from kokoro_tvm.frontend.text import CLAUSE_END, SENTENCE_END, SILENT_SYMBOLS, stream_pieces
+from kokoro_tvm.frontend.text import CLAUSE_END, SENTENCE_END, SILENT_SYMBOLS, iter_stream_pieces, stream_pieces
 from kokoro_tvm.runtime.audio_io import WavStream
+from kokoro_tvm.synthesis import StreamPace
 from kokoro_tvm.tools.latency import playback
 
 WORD = st.text("abdeɪklmnoprstuvzæðŋɑɔəɛɹʃʊʌʒˈˌ", min_size=1, max_size=12)
@@ -38,8 +39,8 @@ def test_stream_pieces_lose_nothing_and_follow_the_rule(phonemes):
     assert all(_sound(p) for p in pieces[1:]) and (_sound(pieces[0]) or len(pieces) == 1)
     ends = [i + 1 for i in range(len(normalized) - 1) if normalized[i] in BOUNDARY and normalized[i + 1] == " "]
     first = next((e for e in ends if 8 <= e <= 40 and _sound(normalized[:e])), None)
-    if first is not None:
-        assert pieces[0] == normalized[:first]  # the first clause or sentence end past the minimum, no more
+    if first is not None:  # the first clause or sentence end past the minimum, then only the silent clauses after
+        assert pieces[0].startswith(normalized[:first]) and not _sound(pieces[0][first:])
     for before, after in zip(pieces, pieces[1:], strict=False):
         words = after.split(" ")
         while len(words) > 1 and not _sound(words[-1]):  # a silent piece merged into this one
@@ -61,6 +62,37 @@ def test_a_paragraph_streams_its_first_sentence_first_then_whole_sentences():
     assert stream_pieces("wˈɛl, ˌI θˈɪŋk, ˌɔn ðə hˈOl, ðæt wi ʃˌʊd ɡˌO.")[0] == "wˈɛl, ˌI θˈɪŋk, ˌɔn ðə hˈOl,"
     # pieces that would carry no sound go with a piece that has some
     assert stream_pieces("… , hˈɛlO ðˈɛɹ, wˈɜɹld. …", first_max=12, first_min=4) == ["… , hˈɛlO ðˈɛɹ,", "wˈɜɹld. …"]
+    assert stream_pieces("hˈɛlO ðˈɛɹ, … wˈɜɹld.", first_min=4) == ["hˈɛlO ðˈɛɹ, …", "wˈɜɹld."]
+    # a later piece's size is asked when that piece is wanted, from the piece before; the smallest is one sentence
+    asked = []
+    lazy = iter_stream_pieces(" ".join(sentences), lambda previous: asked.append(previous) or 1)
+    assert next(lazy) == sentences[0] and asked == []
+    assert next(lazy) == sentences[1] and asked == [sentences[0]]
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_pace_keeps_the_plan_where_the_machine_keeps_up_and_shortens_pieces_where_it_does_not():
+    clock = _Clock()
+    fast = StreamPace(growth=2.0, margin=0.5, clock=clock)
+    fast.spoken(symbols=40, speak_s=0.4, audio_s=3.0)  # 10 ms a symbol; 3 s of audio to play
+    clock.now = 0.5  # the listener has heard 0.5 s: 2.5 s left, 1.25 s of it to spend, 125 symbols
+    assert fast.limit("x" * 40) == 80 and fast.shortened == 0  # the plan (twice 40) fits
+    slow = StreamPace(growth=2.0, margin=0.5, clock=clock)
+    clock.now = 0.0
+    slow.spoken(symbols=40, speak_s=1.6, audio_s=3.0)  # 40 ms a symbol
+    clock.now = 1.0  # 2 s left, 1 s to spend: 25 symbols
+    assert slow.limit("x" * 40) == 25 and slow.shortened == 1
+    clock.now = 4.0  # playback has run dry: the shortest piece there is
+    assert slow.limit("x" * 40) == 1
+    slow.spoken(symbols=10, speak_s=0.4, audio_s=1.0)  # handed over after the gap: plays from now, to 5.0
+    assert slow.play_end == 5.0
 
 
 @pytest.mark.parametrize("fmt, dtype", [("float32", np.float32), ("pcm16", np.int16)])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from kokoro_tvm.config import MAX_PHONEMES, PAD_TOKEN_ID, load_vocab
@@ -197,23 +198,46 @@ def stream_pieces(
     max_len: int = MAX_PHONEMES,
     first_min: int = FIRST_PIECE_MIN,
 ) -> list[str]:
-    """Phoneme pieces for streaming (the rule above); joined with single spaces they give back the input, and a
-    piece that would carry no sound (only punctuation) goes with a neighbour."""
-    rest, pieces, carry = " ".join(phonemes.split()), [], ""  # carry: leading silence, spoken with the first piece
+    """Phoneme pieces for streaming (the rule above), all at once, each later piece within `growth` times the
+    one before; joined with single spaces they give back the input."""
+    pieces = iter_stream_pieces(phonemes, lambda previous: int(growth * len(previous)), first_max, max_len, first_min)
+    return list(pieces)
+
+
+def iter_stream_pieces(
+    phonemes: str,
+    limit: Callable[[str], int],
+    first_max: int = FIRST_PIECE_MAX,
+    max_len: int = MAX_PHONEMES,
+    first_min: int = FIRST_PIECE_MIN,
+) -> Iterator[str]:
+    """The pieces of `phonemes` one at a time: the first by the rule above, each later one within
+    `limit(previous piece)` symbols, asked only when that piece is wanted (a stream sizes it by how far it is
+    ahead of playback then). Punctuation that would carry no sound goes with the piece before it, or at the
+    very start with the first; joined with single spaces the pieces give back the input."""
+    rest, carry, previous = " ".join(phonemes.split()), "", None
     while rest:
-        if not pieces:
+        if previous is None:
             cut = _first_cut(rest, min(first_min, max_len), min(first_max, max_len))
         else:
-            cut = _later_cut(rest, min(max_len, int(growth * len(pieces[-1]))), max_len)
-        piece, rest = rest[:cut].strip(), rest[cut:].strip()
-        if not _has_sound(piece) and pieces and len(pieces[-1]) + 1 + len(piece) <= max_len:
-            pieces[-1] = f"{pieces[-1]} {piece}"
-        elif not _has_sound(piece) and not pieces and rest:
-            carry = f"{carry} {piece}".strip()
-        else:
-            pieces.append(f"{carry} {piece}".strip())
-            carry = ""
-    return pieces or [carry]
+            cut = _later_cut(rest, min(max_len, max(1, limit(previous))), max_len)
+        piece, rest = f"{carry} {rest[:cut].strip()}".strip(), rest[cut:].strip()
+        if previous is None and rest and not _has_sound(piece):
+            carry = piece  # a silent start: spoken with the first piece that has sound
+            continue
+        while rest:  # the silent clauses that follow go with this piece
+            end = _segment_end(rest)
+            if _has_sound(rest[:end]) or len(piece) + 1 + end > max_len:
+                break
+            piece, rest = f"{piece} {rest[:end].strip()}", rest[end:].strip()
+        carry, previous = "", piece
+        yield piece
+
+
+def _segment_end(s: str) -> int:
+    """The end of s's first clause or sentence (after its mark), or len(s)."""
+    ends = _ends(s, SENTENCE_END | CLAUSE_END, len(s))
+    return ends[0] if ends else len(s)
 
 
 def _ends(s: str, symbols: frozenset, limit: int) -> list[int]:
