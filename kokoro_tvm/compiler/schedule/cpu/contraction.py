@@ -34,13 +34,17 @@ from kokoro_tvm.compiler.targets import CPUGeometry
 from kokoro_tvm.components import LENGTH_TILE
 
 # Register tiles (rows x vectors of columns) for targets with 32 vector registers (AVX-512, NEON), 16
-# accumulators either way; targets with 16 registers (AVX2, SSE) get half as many rows. 16 x 1 measured faster
+# accumulators either way; targets with 16 registers (AVX2, SSE) get SMALL_TILE, 8 accumulators. 16 x 1 measured faster
 # than 8 x 2 on every generator conv on AVX-512 (one whole-cache-line input load per reduction step;
 # NOTES/performance.md), but its 16 broadcast rows must not collide in L1: rows whose stride is a multiple of
 # (L1 sets x line) bytes (4 KiB here: 1024 input channels x k3, 512 x k2) all map to one cache set and ran at
 # half speed; those get 8 x 2. Vector width and cache geometry come from the target
 # (kokoro_tvm.compiler.targets.cpu_geometry).
 WIDE_TILE, NARROW_TILE = (16, 1), (8, 2)
+# 16 registers: 4 rows x 2 vectors, whose step is 2 column loads and 4 row broadcasts for 8 FMAs. 8 x 1 asks 9 loads
+# for 8 FMAs, more than two load ports issue in the 4 cycles two FMA pipes take: on a Zen 2 (AVX2) 4 x 2 ran the
+# generator's convs 1.15-1.21x faster than 8 x 1 (NOTES/performance.md, "Zen 2"); 16 accumulators do not fit.
+SMALL_TILE = (4, 2)
 PREFETCH_MARK = "kokoro_prefetch_epilogue"  # on a tile's reduction loop: the epilogue block whose lines to prefetch
 ROW_CHOICES = (16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)  # the largest divisor of the row extent
 
@@ -48,7 +52,7 @@ ROW_CHOICES = (16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)  # the lar
 def _tiles(geometry: CPUGeometry) -> tuple[tuple[int, int], tuple[int, int]]:
     if geometry.vector_registers >= 32:
         return WIDE_TILE, NARROW_TILE
-    return (WIDE_TILE[0] // 2, WIDE_TILE[1]), (NARROW_TILE[0] // 2, NARROW_TILE[1])
+    return SMALL_TILE, SMALL_TILE  # 4 rows: no L1 set collisions to avoid
 
 
 # Only the choice between two equally valid tile orders looks at a size (the rest is proved for every length);
