@@ -7,8 +7,8 @@ paragraph with the model loaded and warm, in one process, interleaved round by r
 record gives each backend's medians and the worst underrun of any round.
 
 Backends:
-- `tvm[PRECISION]`: `synthesize_stream` on the symbolic-length builds (kokoro_tvm.frontend.text.stream_pieces
-  decides the pieces);
+- `tvm[PRECISION]`: `synthesize_stream` on the symbolic-length builds (the rule of kokoro_tvm.frontend.text.
+  stream_pieces, each later piece sized by kokoro_tvm.synthesis.StreamPace as it is about to be spoken);
 - `tvm_whole[PRECISION]`: `synthesize` on the same builds: the first audio is the whole text's;
 - `kpipeline`: kokoro's own `KPipeline` generator on PyTorch eager (its pieces: KPipeline's chunks of up to 510
   phonemes, one per paragraph of this length);
