@@ -28,6 +28,7 @@ from kokoro_tvm.frontend.text import (
     foreign_letters,
     iter_stream_pieces,
     phonemize,
+    planned_limit,
     prepare,
     tokenize,
 )
@@ -248,13 +249,14 @@ class StreamPace:
     over so far has finished playing (played from the first piece's hand-over, without pause): the growth rule's
     `growth` times the piece before, cut to PACE_MARGIN of the time left at the speed the piece before was spoken.
     A machine that speaks the plan in time gets the plan; a slower one (or a busy one) gets shorter pieces, down
-    to one clause. `shortened` counts the pieces the pace made shorter than the plan."""
+    to one clause. `cuts` counts the limits it set below the plan (the piece can still be the same whole
+    sentence: a sentence is never cut)."""
 
     def __init__(self, growth: float = PIECE_GROWTH, margin: float = PACE_MARGIN, clock: Callable[[], float] = CLOCK):
         self.growth, self.margin, self.clock = growth, margin, clock
         self.play_end: float | None = None  # when the audio handed over so far has played, on `clock`
         self.seconds_per_symbol = 0.0
-        self.shortened = 0
+        self.cuts = 0
 
     def spoken(self, symbols: int, speak_s: float, audio_s: float) -> None:
         """A piece of `symbols` took `speak_s` to speak and gives `audio_s` of audio, handed over now."""
@@ -264,13 +266,13 @@ class StreamPace:
 
     def limit(self, previous: str) -> int:
         """The next piece's limit in symbols, asked when it is about to be spoken."""
-        planned = int(self.growth * len(previous))
+        planned = planned_limit(previous, self.growth)
         if self.play_end is None or self.seconds_per_symbol <= 0:
             return planned
         left = self.play_end - self.clock()
         affordable = int(self.margin * left / self.seconds_per_symbol)
         if affordable < planned:
-            self.shortened += 1
+            self.cuts += 1
             log.debug("stream pace: next piece within %d symbols, not %d (%.2f s of audio left to play)",
                      max(1, affordable), planned, left)  # fmt: skip
         return max(1, min(planned, affordable))
@@ -280,7 +282,7 @@ class SpeechStream:
     """One utterance spoken piece by piece as it is iterated. `pieces`: each piece's phonemes, cut as it is
     wanted (kokoro_tvm.frontend.text.iter_stream_pieces, sized by `pace`); after the stream is spent, `chunks`
     and `durations` as in Speech and `metadata()` what `synthesize` records, with the pieces' count and how many
-    the pace shortened."""
+    limits the pace cut."""
 
     def __init__(self, request: _Request, first_max: int = FIRST_PIECE_MAX, pace: StreamPace | None = None):
         self.request, self.first_max, self.pace = request, first_max, pace or StreamPace()
@@ -304,7 +306,7 @@ class SpeechStream:
 
     def metadata(self) -> dict:
         return dict(self.request.metadata(self.chunks), stream_pieces=len(self.pieces),
-                    stream_pieces_shortened=self.pace.shortened)  # fmt: skip
+                    stream_pace_cuts=self.pace.cuts)  # fmt: skip
 
 
 def trim_leading_silence(audio: np.ndarray, pad_samples: int, keep: float = JOIN_LEAD_SECONDS) -> np.ndarray:

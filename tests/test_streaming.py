@@ -83,12 +83,12 @@ def test_the_pace_keeps_the_plan_where_the_machine_keeps_up_and_shortens_pieces_
     fast = StreamPace(growth=2.0, margin=0.5, clock=clock)
     fast.spoken(symbols=40, speak_s=0.4, audio_s=3.0)  # 10 ms a symbol; 3 s of audio to play
     clock.now = 0.5  # the listener has heard 0.5 s: 2.5 s left, 1.25 s of it to spend, 125 symbols
-    assert fast.limit("x" * 40) == 80 and fast.shortened == 0  # the plan (twice 40) fits
+    assert fast.limit("x" * 40) == 80 and fast.cuts == 0  # the plan (twice 40) fits
     slow = StreamPace(growth=2.0, margin=0.5, clock=clock)
     clock.now = 0.0
     slow.spoken(symbols=40, speak_s=1.6, audio_s=3.0)  # 40 ms a symbol
     clock.now = 1.0  # 2 s left, 1 s to spend: 25 symbols
-    assert slow.limit("x" * 40) == 25 and slow.shortened == 1
+    assert slow.limit("x" * 40) == 25 and slow.cuts == 1
     clock.now = 4.0  # playback has run dry: the shortest piece there is
     assert slow.limit("x" * 40) == 1
     slow.spoken(symbols=10, speak_s=0.4, audio_s=1.0)  # handed over after the gap: plays from now, to 5.0

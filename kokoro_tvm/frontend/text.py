@@ -200,8 +200,14 @@ def stream_pieces(
 ) -> list[str]:
     """Phoneme pieces for streaming (the rule above), all at once, each later piece within `growth` times the
     one before; joined with single spaces they give back the input."""
-    pieces = iter_stream_pieces(phonemes, lambda previous: int(growth * len(previous)), first_max, max_len, first_min)
+    pieces = iter_stream_pieces(phonemes, lambda previous: planned_limit(previous, growth), first_max, max_len,
+                                first_min)  # fmt: skip
     return list(pieces)
+
+
+def planned_limit(previous: str, growth: float = PIECE_GROWTH) -> int:
+    """The growth rule: a later piece's limit in symbols, `growth` times the piece before."""
+    return int(growth * len(previous))
 
 
 def iter_stream_pieces(

@@ -129,11 +129,11 @@ class _Plan:
     @classmethod
     def check(cls, peers, buckets: str, precisions: str, runs: int, warmup: int, threads: int) -> _Plan:
         from kokoro_tvm.compiled import check_precision
-        from kokoro_tvm.tools.peers import COMPILING_PEERS, PEERS
+        from kokoro_tvm.tools.peers import COMPILING_PEERS, runnable_peers
 
         if runs < 1 or warmup < 0 or threads < 1:
             raise InputError("runs and threads must be >= 1 and warmup >= 0")
-        peers = PEERS if peers is None else tuple(peers)
+        peers = runnable_peers() if peers is None else tuple(peers)
         compiling = [p for p in peers if p in COMPILING_PEERS]
         if compiling and warmup < 1:
             raise InputError(f"{', '.join(compiling)} compile on the first call: give at least one warm-up round")

@@ -50,7 +50,8 @@ class PeerError(InputError):
 
 
 def parse_peers(spec: str | None) -> tuple[str, ...]:
-    """`"torch,ort_int8"` -> ("torch", "ort_int8"); None or "all" -> every peer; "none" -> no peer."""
+    """`"torch,ort_int8"` -> ("torch", "ort_int8"); None or "all" -> every peer this CPU runs (runnable_peers);
+    "none" -> no peer."""
     if spec is None or spec.strip() == "all":
         return runnable_peers()
     if spec.strip() == "none":
