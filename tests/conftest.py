@@ -44,22 +44,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def unit_cache(tmp_path_factory):
-    """One artifact cache for every unit test that builds components on random weights: each (component,
-    shape, dtype) is built once per session and reused by every test that needs it. The real-weights tiers use
-    the user's cache ($KOKORO_TVM_CACHE or ~/.cache/kokoro-tvm) as before."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # parallel workers share it: builds are locked and atomic
+def unit_cache_folder(tmp_path_factory):
+    """The folder of `unit_cache`: one per session, shared by parallel workers (builds are locked and atomic)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         folder = tmp_path_factory.getbasetemp().parent / "unit-cache"
         folder.mkdir(exist_ok=True)
-    else:
-        folder = tmp_path_factory.mktemp("unit-cache")
-    old = os.environ.get("KOKORO_TVM_CACHE")
-    os.environ["KOKORO_TVM_CACHE"] = str(folder)
-    yield folder
-    if old is None:
-        del os.environ["KOKORO_TVM_CACHE"]
-    else:
-        os.environ["KOKORO_TVM_CACHE"] = old
+        return folder
+    return tmp_path_factory.mktemp("unit-cache")
+
+
+@pytest.fixture
+def unit_cache(unit_cache_folder, monkeypatch):
+    """One artifact cache for every unit test that builds components on random weights: each (component,
+    shape, dtype) is built once per session and reused by every test that needs it. Only for the test that asks
+    for it: the real-weights tiers keep the user's cache ($KOKORO_TVM_CACHE or ~/.cache/kokoro-tvm), where the
+    notebooks and the other real tests find their builds (a session-wide switch sent every later real test on the
+    same worker to this folder, to build the five symbolic components a second time)."""
+    monkeypatch.setenv("KOKORO_TVM_CACHE", str(unit_cache_folder))
+    return unit_cache_folder
 
 
 @pytest.fixture(scope="session")
