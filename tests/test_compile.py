@@ -156,3 +156,25 @@ print(build(model, "concurrency-test", BuildSpec("text_encoder", 6, "float64")).
     assert file_sha256(artifact.library) == artifact.manifest["library_sha256"]
     artifact.load_params()  # parameters complete and matching their digest
     assert not list(tmp_path.rglob("*.partial")), "a temporary file was left behind"
+
+
+def test_constant_calls_fold_to_the_module_relax_foldconstant_gives(random_model64):
+    """F0/N as the export leaves it (constant `add`s, `reshape`s and `full`s): FoldConstantCalls folds some of it,
+    and FoldConstant after it gives the very module FoldConstant alone gives, constants included."""
+    from tvm import relax
+
+    from kokoro_tvm.compiler.build import relax_module
+    from kokoro_tvm.compiler.passes import FoldConstantCalls
+    from kokoro_tvm.compiler.pipeline import phases
+
+    mod = relax_module(random_model64, BuildSpec("f0n", bucket("f0n"), "float64"))[0]
+    target = tvm.target.Target(host_target())
+    with target:
+        for name, passes in phases(target):
+            if name == "legalize":
+                break
+            mod = tvm.transform.Sequential(passes)(mod)
+        mod = relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(mod))
+        ours = FoldConstantCalls()(mod)
+        assert ours.script().count("R.call_tir(") < mod.script().count("R.call_tir("), "nothing was folded"
+        tvm.ir.assert_structural_equal(relax.transform.FoldConstant()(ours), relax.transform.FoldConstant()(mod))

@@ -8,12 +8,14 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
 - powers.py: `IntegerPowers` (x^2, x^3 as products);
 - cumsum.py: `CumsumInFloat64` (a float32 running sum accumulated in float64, as PyTorch's CPU cumsum);
 - float64.py: `DemoteFloat64` (for Metal, which has no float64: float64 islands of a float32 graph in float32);
+- constants.py: `FoldConstantCalls` (Relax's FoldConstant, faster: it runs in the legalize phase, before it);
 - libm_exp.py and prefetch.py, the TIR passes here (they run after scheduling, in the schedule phase):
   `LibmExactExp` (float32 exp / tanh / sigmoid as vector arithmetic that gives glibc's expf bit for bit) and
   `EpiloguePrefetch` (a conv or matmul tile's epilogue lines prefetched as the tile starts);
 - base.py: what they (and the packed bf16 / int8 conv rewrites) share.
 """
 
+from kokoro_tvm.compiler.passes.constants import FoldConstantCalls
 from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, PolyphaseConvTranspose
 from kokoro_tvm.compiler.passes.cumsum import CumsumInFloat64
 from kokoro_tvm.compiler.passes.float64 import DemoteFloat64
@@ -26,6 +28,7 @@ __all__ = [
     "AlignConvLengths",
     "CumsumInFloat64",
     "DemoteFloat64",
+    "FoldConstantCalls",
     "EpiloguePrefetch",
     "IntegerPowers",
     "LibmExactExp",
