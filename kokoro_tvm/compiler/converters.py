@@ -250,12 +250,18 @@ def graph_ops(exported_program: torch.export.ExportedProgram, decompose: bool = 
     return {n.target.__name__ for n in ep.graph.nodes if n.op == "call_function"}
 
 
+def missing_ops(ops: set[str], converters: dict[str, Converter] | None = None) -> list[str]:
+    """Of `ops` (a decomposed graph's, `graph_ops`), those neither TVM's importer nor `converters` (default: our
+    table) handle, sorted. One decomposition serves several tables: it is most of an import's time."""
+    table = CONVERTERS if converters is None else converters
+    return sorted(ops - _builtin_ops() - set(table))
+
+
 def unsupported_ops(
     exported_program: torch.export.ExportedProgram, converters: dict[str, Converter] | None = None
 ) -> list[str]:
     """Ops that neither TVM's importer nor `converters` (default: our table) handle, sorted."""
-    table = CONVERTERS if converters is None else converters
-    return sorted(graph_ops(exported_program) - _builtin_ops() - set(table))
+    return missing_ops(graph_ops(exported_program), converters)
 
 
 def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False):
@@ -265,7 +271,7 @@ def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_inpu
     # PyTorch's decompositions run once, here: the check and the importer read the same decomposed graph
     # (run twice, they were half of every import: 16 of ALBERT's 35 s, more for the decoder)
     decomposed = exported_program.run_decompositions()
-    missing = sorted(graph_ops(decomposed, decompose=False) - _builtin_ops() - set(CONVERTERS))
+    missing = missing_ops(graph_ops(decomposed, decompose=False))
     if missing:
         raise NotImplementedError(f"no converter for {len(missing)} op(s): {', '.join(missing)}")
     return from_exported_program(
