@@ -1,11 +1,13 @@
-"""Real-weights tier: the compiled model at exact lengths (`--buckets exact`) and in hand-picked static buckets
-against pt.dynamic with identical explicit noise.
+"""Real-weights tier: the compiled model in the chosen bucket set, at exact lengths (`--buckets exact`) and in
+hand-picked static buckets, against pt.dynamic with identical explicit noise.
 
 float64 proves exactness (audio SNR >= 100 dB); float32 is judged stage by stage (relative L2 <= 1e-5 before
 the decoder, identical durations) and perceptually for the ill-conditioned decoder (PESQ-WB >= 4.4,
 STOI >= 0.99). See NOTES/compile.md for why audio SNR is not a float32 criterion. The runtime's default, the
-symbolic-length builds, gets the same checks in tests/test_dynamic_real.py (its float64 check in `make test`);
-the static float64 and bucket checks here run in the slow tier, each a separate set of five builds.
+symbolic-length builds, gets the same checks in tests/test_dynamic_real.py (its float64 check in `make test`).
+In `make test` the float32 checks run in the chosen bucket set's smallest buckets, which the notebooks build
+anyway; the checks at exact lengths and the float64 and hand-padded ones run in the slow tier, each a separate
+set of five builds.
 """
 
 import pytest
@@ -20,12 +22,24 @@ FP32_STAGE_BOUND = 1e-5
 FP32_STAGES = ("d_en", "d", "duration_logits", "en", "F0", "N", "t_en", "asr")
 
 
-def test_float32_build_matches_stage_by_stage_and_perceptually():
-    record = compare_text(SENTENCE, precision="fp32")
+def _fp32_holds(record):
     assert record["durations_equal"]
     worst = {s: record["stages"][s] for s in FP32_STAGES if record["stages"][s] > FP32_STAGE_BOUND}
     assert not worst, worst
     assert record["audio_pesq_wb"] >= 4.4 and record["audio_stoi"] >= 0.99
+
+
+def test_float32_bucketed_build_matches_stage_by_stage_and_perceptually():
+    """15 tokens and 63 frames in the chosen set's smallest buckets: static builds padded on both axes, the builds
+    notebook 05 and tests/test_bucketed_real.py make too (exact lengths are five builds of their own: slow tier)."""
+    record = compare_text(SENTENCE, precision="fp32", buckets="bucketed")
+    assert record["shapes"] == {"tokens": 32, "frames": 64}
+    _fp32_holds(record)
+
+
+@pytest.mark.slow
+def test_float32_build_matches_stage_by_stage_and_perceptually():
+    _fp32_holds(compare_text(SENTENCE, precision="fp32"))
 
 
 @pytest.mark.slow
