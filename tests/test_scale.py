@@ -258,26 +258,28 @@ def test_a_killed_worker_loses_nothing(tmp_path):
 
 @pytest.mark.notebooks
 def test_a_sweep_runs_every_point_into_its_own_folder(tmp_path):
-    """A 2 x 2 grid of notebook 03 in FAST mode on a local cluster: four executed notebooks, four metrics files,
-    one sweep table, and the report's sweep section lists the four points."""
+    """A 2 x 2 grid of notebook 03 in FAST mode on a local cluster, where VALID_STEPS=0 makes the notebook raise:
+    four executed notebooks in four folders, each failed point recorded with a one-line error while the others
+    ran, one sweep table, and the report's sweep section lists the four points."""
     from kokoro_tvm.report.index_page import build_summary, render_html
     from kokoro_tvm.scale.sweep import sweep
 
     out = tmp_path / "sweeps" / "03_masked_lstm"
-    record = sweep("03", [("SEED", "0,1"), ("VALID_STEPS", "16,32")], fast=True, out=out)
-    assert [row["status"] for row in record["points"]] == ["ok"] * 4, record
+    record = sweep("03", [("SEED", "0,1"), ("VALID_STEPS", "0,16")], fast=True, out=out)
+    statuses = [(r["parameters"]["SEED"], r["parameters"]["VALID_STEPS"], r["status"]) for r in record["points"]]
+    assert statuses == [(0, 0, "failed"), (0, 16, "ok"), (1, 0, "failed"), (1, 16, "ok")], record
     folders = {Path(row["folder"]) for row in record["points"]}
     assert len(folders) == 4 and all(f.parent == out for f in folders)
     for row in record["points"]:
         folder = Path(row["folder"])
+        assert (folder / "03_masked_lstm.ipynb").exists()  # a failed run's copy too: it shows where it stopped
+        if row["status"] == "failed":
+            assert row["error"] and "\n" not in row["error"] and not row["claims"], row
+            continue
         metrics = json.loads((folder / "metrics.json").read_text())
         assert metrics["parameters"]["SEED"] == row["parameters"]["SEED"] and metrics["parameters"]["FAST"] is True
-        assert (folder / "03_masked_lstm.ipynb").exists() and row["claims"] == metrics["claims"]
+        assert row["claims"] and row["claims"] == metrics["claims"]
     summary = build_summary(tmp_path)
     (listed,) = summary["sweeps"]
     assert {p["point"] for p in listed["points"]} == {row["point"] for row in record["points"]}
     assert "Sweeps" in render_html(summary)
-    bad = sweep("03", [("SEED", "0"), ("VALID_STEPS", "0,16")], fast=True, out=tmp_path / "bad")
-    failed, ok = bad["points"]  # a point whose notebook raises is recorded; the other still ran
-    assert failed["status"] == "failed" and failed["error"] and "\n" not in failed["error"], failed
-    assert ok["status"] == "ok" and ok["claims"]
