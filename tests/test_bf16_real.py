@@ -40,6 +40,7 @@ def test_our_fp32_onnx_export_speaks_with_pytorchs_durations(kmodel):
 
     model, info = kmodel
     peer = OrtFp32(model, info.fingerprint, threads=2)
+    assert not any(m.training for m in model.modules())  # the export (where this made it) left the model in eval
     pack = load_voice(DEFAULT_VOICE)
     for text in ("Hello world.", "A pot of tea helps to pass the evening, and the soft cushion broke his fall."):
         chunk = prepare(text=text)[0]

@@ -95,7 +95,9 @@ def ort_inputs(padded_ids, style: np.ndarray, speed: float) -> dict[str, np.ndar
 
 def _audio_only(model):
     """`forward_with_tokens` returns (audio, durations) and takes a float speed; the ONNX graph takes speed as a
-    [1] tensor, like the embedded export, and keeps the audio."""
+    [1] tensor, like the embedded export, and keeps the audio. The wrapper is in the model's mode: the exporter
+    puts it in eval mode and back into its own mode afterwards, and a new module's own mode is training, which
+    left the caller's model training (dropout on: another voice in every later PyTorch run of that process)."""
 
     class AudioOnly(torch.nn.Module):
         def __init__(self):
@@ -105,7 +107,7 @@ def _audio_only(model):
         def forward(self, tokens, style, speed):
             return self.model.forward_with_tokens(tokens, style, speed[0])[0]
 
-    return AudioOnly()
+    return AudioOnly().train(model.training)
 
 
 def onnx_fp32_export(model, fingerprint: str) -> Path:
