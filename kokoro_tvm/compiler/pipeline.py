@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
@@ -133,14 +134,18 @@ def relax_pipeline(target, coverage: dict[str, int] | None = None, dump_dir: str
 
     @tvm.transform.module_pass(opt_level=0, name="KokoroPipeline")
     def _pipeline(mod, _ctx):
+        seconds = {}
         with target:
             for index, (name, passes) in enumerate(chosen, start=1):
+                start = time.perf_counter()
                 mod = tvm.transform.Sequential(passes, name=name)(mod)
+                seconds[name] = time.perf_counter() - start
                 if folder is not None:
                     folder.mkdir(parents=True, exist_ok=True)
                     path = folder / f"{index:02d}_{name}.py"
                     path.write_text(mod.script())
                     log.info("IR after %s: %s", name, path)
+        log.info("pipeline phases: %s", ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()))
         return mod
 
     return _pipeline
