@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "make: $(PYTHON) not found (set PYTHON=...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	@# bytecode on every core after the install, not file by file inside it (pip's way: 96 s here; 47 + 31 s so)
+	@# bytecode on every core after the install, not file by file inside it (2-core Zen 2: 96 s so, 47 + 31 s this way)
 	$(BIN)/python -m pip install --quiet --no-compile -e '.[test]'
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true  # a few packages ship files that are not Python 3
 	@# the 54 official Kokoro v1.0 voices (npm package kokoro-js@1.2.1, sha256-checked); without npm, one line
