@@ -36,10 +36,11 @@ def test_our_fp32_onnx_export_speaks_with_pytorchs_durations(kmodel):
     from kokoro_tvm.frontend.text import prepare
     from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
     from kokoro_tvm.reference.pt_dynamic import stock_forward
+    from kokoro_tvm.runtime.devices import cpu_share
     from kokoro_tvm.tools.peers import OrtFp32, onnx_fp32_export
 
     model, info = kmodel
-    peer = OrtFp32(model, info.fingerprint, threads=2)
+    peer = OrtFp32(model, info.fingerprint, threads=cpu_share())
     assert not any(m.training for m in model.modules())  # the export (where this made it) left the model in eval
     pack = load_voice(DEFAULT_VOICE)
     for text in ("Hello world.", "A pot of tea helps to pass the evening, and the soft cushion broke his fall."):

@@ -66,3 +66,18 @@ def test_importing_kokoro_tvm_changes_nothing():
     assert result.returncode == 0, result.stderr[-2000:]
     unchanged = json.loads(result.stdout.strip().splitlines()[-1])
     assert all(unchanged.values()), {k: v for k, v in unchanged.items() if not v}
+
+
+def test_work_given_no_thread_count_takes_the_share_its_parent_set(monkeypatch):
+    """`cpu_share`: OMP_NUM_THREADS when a parent set it (never more than the CPUs this process may run on), else
+    every such CPU; a value OpenMP reads as a list is not a count."""
+    import os
+
+    from kokoro_tvm.runtime.devices import cpu_share
+
+    cpus = len(os.sched_getaffinity(0))
+    for value, expected in (("1", 1), (str(cpus + 8), cpus), ("0", 1), ("4,2", cpus)):
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+        assert cpu_share() == expected, value
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert cpu_share() == cpus

@@ -82,13 +82,14 @@ def test_openvino_f32_speaks_like_pytorch(kmodel, default_voice):
     from kokoro_tvm.frontend.text import one_chunk
     from kokoro_tvm.reference.noise import ZeroNoise
     from kokoro_tvm.reference.pt_dynamic import run_stages
+    from kokoro_tvm.runtime.devices import cpu_share
     from kokoro_tvm.tools.openvino_peer import PARTS, OpenVinoKokoro
     from kokoro_tvm.tools.quality import audio_quality
 
     model, _info = kmodel
     chunk = one_chunk("Hello world.", "a", "test")
     style = default_voice.style(len(chunk.phonemes))
-    peer = OpenVinoKokoro(model, threads=2, precision="f32")
+    peer = OpenVinoKokoro(model, threads=cpu_share(), precision="f32")
     audio = peer.speak(chunk.padded_ids, style)
     quality = audio_quality(run_stages(model, chunk.padded_ids, style, 1.0, ZeroNoise()), audio, peer.durations)
     assert quality["durations_equal"] and quality["length_equal"], quality

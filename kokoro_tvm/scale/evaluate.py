@@ -32,6 +32,7 @@ from kokoro_tvm.evaluation.results_table import ResultTable, summarize, task_key
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import load_voice
 from kokoro_tvm.runtime.audio_io import read_wav, write_wav
+from kokoro_tvm.runtime.devices import cpu_share
 from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, check_workers, cores, dask_client
 from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences
 
@@ -239,7 +240,7 @@ def evaluate(
     if not todo:
         where, failed = "nowhere: every task was done", {}
     elif workers == 0 or scheduler == IN_PROCESS:
-        where, failed = "in process", _run_serial(todo, results, seed, threads or cores(), progress)
+        where, failed = "in process", _run_serial(todo, results, seed, threads or cpu_share(), progress)
     else:
         local = scheduler in (None, LOCAL)
         with dask_client(scheduler, workers, memory_gb=worker_memory_gb(backends)) as client:
