@@ -127,16 +127,27 @@ class TVMBackend:
         return stages.audio, stages.durations
 
 
-def make_backend(name: str, weights=None, buckets: str = "default", device: str = "cpu", precision: str = "fp32"):
+def check_backend(name: str, device: str = "cpu", precision: str = "fp32") -> None:
+    """The backend's options hold together and its device exists: one clear error in a second or two, before
+    the G2P (misaki and spaCy load for several seconds) and before any weights."""
+    if name not in BACKENDS:
+        raise InputError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
     if name != "tvm" and device != "cpu":
         raise InputError(f"--device {device} applies to the tvm backend only (the {name} backend runs on the CPU)")
     if name != "tvm" and precision != "fp32":
         raise InputError(f"--precision {precision} applies to the tvm backend only (the {name} backend is fp32)")
+    if name == "tvm":
+        from kokoro_tvm.compiled import check_device, check_precision
+
+        check_device(device, check_precision(precision, device).dtype)  # a CPU without bf16 for bf16 as well
+
+
+def make_backend(name: str, weights=None, buckets: str = "default", device: str = "cpu", precision: str = "fp32"):
+    check_backend(name, device, precision)
     if name == "torch":
         return TorchBackend.load(weights)
     if name == "tvm":
         return TVMBackend.load(weights, precision=precision, buckets=buckets, device=device)
-    raise InputError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
 
 
 def check_speed(speed: float) -> float:
@@ -163,6 +174,8 @@ class _Request:
     def make(cls, text, phonemes, voice, speed, noise, backend, weights, buckets, device, precision, language):
         """The request `synthesize`'s arguments (in its order) make."""
         speed, noise = check_speed(speed), noise_source(noise)
+        if isinstance(backend, str):
+            check_backend(backend, device, precision)
         language = language or language_of(voice) or DEFAULT_LANGUAGE
         unspoken: tuple[str, ...] = ()
         if text is not None:
