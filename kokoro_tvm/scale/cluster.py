@@ -70,10 +70,12 @@ def local_workers(memory_gb: float | None = None) -> int:
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None = None, workers: int | None = None, timeout: float = CONNECT_TIMEOUT_S,
+def dask_client(scheduler: str | None = None, workers: int | None = None, timeout: float | None = None,
                 memory_gb: float | None = None):  # fmt: skip
     """A connected `distributed.Client` (module docstring); the local cluster, if one was started, is closed on
-    exit. `memory_gb`: what one worker's tasks need (the local cluster's size, `local_workers`)."""
+    exit. `memory_gb`: what one worker's tasks need (the local cluster's size, `local_workers`); `timeout`: seconds
+    to wait for a scheduler's answer (default CONNECT_TIMEOUT_S, read at the call)."""
+    timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
     import dask
     from distributed import Client, LocalCluster
 
