@@ -155,19 +155,20 @@ def test_first_audio_times_the_stream_and_the_peer(monkeypatch):
     from kokoro_tvm.tools.latency import first_audio
 
     # one round, no warm-up: this checks what the record holds, not how fast (the timings are `bench --first-audio`'s
-    # and notebook 08's); a warm-up round would double the cost, mostly kokoro-onnx's int8 export where the CPU has
-    # no VNNI (17 s for the default four-sentence paragraph on a Zen 2, NOTES/streaming.md)
+    # and notebook 08's). kokoro-onnx on our fp32 export only: on its int8 export, through the same class, this round
+    # took 9.4 s against 3.7 s on one thread of a Zen 2 with no VNNI (notebook 08's FAST ort_int8 peer reads that file)
     record = first_audio("The boy was there when the sun rose. A rod is used to catch pink salmon.", runs=1, warmup=0,
-                         precisions="fp32", threads=cpu_share())  # fmt: skip
-    streamed, whole, peer, onnx, onnx_fp32 = (record["backends"][k] for k in (
-        "tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx", "kokoro_onnx_fp32"))  # fmt: skip
+                         precisions="fp32", threads=cpu_share(), peers=("kpipeline", "kokoro_onnx_fp32"))  # fmt: skip
+    assert set(record["backends"]) == {"tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx_fp32"}
+    streamed, whole, peer, onnx_fp32 = (record["backends"][k] for k in (
+        "tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx_fp32"))  # fmt: skip
     assert streamed["pieces"] == 2 and whole["pieces"] == 1
-    assert peer["pieces"] == onnx["pieces"] == onnx_fp32["pieces"] == 1  # one chunk of <= 510 phonemes each
+    assert peer["pieces"] == onnx_fp32["pieces"] == 1  # one chunk of <= 510 phonemes each
     assert 0 < streamed["first_s"] < streamed["total_s"]  # the first piece comes before the end
     # the same text in one piece or two: each piece's durations come from its own context and the join's pause
     # from its punctuation, a few tenths of a second either way; a lost or repeated piece would be ~1-3 s
     assert abs(streamed["audio_s"] - whole["audio_s"]) < 0.75
-    assert min(peer["audio_s"], onnx["audio_s"], onnx_fp32["audio_s"]) > 1.0  # each spoke the text (4-5 s)
+    assert min(peer["audio_s"], onnx_fp32["audio_s"]) > 1.0  # each spoke the text (4-5 s)
 
 
 def test_say_stream_refuses_bad_input_before_writing(tmp_path, capsys):
