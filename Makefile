@@ -13,7 +13,7 @@ DEMO_TEXT := The quick brown fox jumped over the lazy dog.
 # pytest-xdist workers for `make test`: whole test files per worker (module fixtures and shared builds stay
 # together); artifact builds are locked, so two workers never build the same artifact twice. Files are handed
 # out in collection order (tests/conftest.py puts the notebook tier and the files that build its artifacts
-# first), not xdist's default of the largest file first
+# first, then the other long files), not xdist's default of the most tests first
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
