@@ -42,9 +42,9 @@ def cpu_share() -> int:
     """Threads for work given no count: OMP_NUM_THREADS when set (the share a parent hands each of several
     processes on one machine: tests/conftest.py gives each pytest-xdist worker and everything it starts half of
     two cores), else every CPU this process may run on. Two processes each running 2-thread pools on 2 cores
-    oversubscribe them: every parallel region waits for a thread the other process holds. On a 2-core Zen 2
-    beside one busy process, notebook 08's FAST `bench` call took 109 s at 2 threads and 51 s at 1 (NOTES/
-    dynamic_shapes.md, `make test` time)."""
+    oversubscribe them: every parallel region waits for a thread the other process holds. Beside one busy process
+    on a 2-core Zen 2, notebook 08's FAST `bench` (`kokoro-tvm bench --text "Hello world." --runs 1 --warmup 1
+    --peers torch,ort_fp32,ort_int8`) took 97 s at `--threads 2` and 53 s at 1 (NOTES/dynamic_shapes.md)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
         share = int(os.environ.get("OMP_NUM_THREADS", ""))
