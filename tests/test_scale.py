@@ -180,9 +180,10 @@ def _memory_pause():
 
 
 def test_the_local_cluster_is_as_large_as_the_memory_holds():
-    from kokoro_tvm.scale.cluster import cores, local_workers
+    from kokoro_tvm.runtime.devices import usable_cpus
+    from kokoro_tvm.scale.cluster import local_workers
 
-    assert local_workers() == local_workers(0.001) == cores()  # one per core when memory is no limit
+    assert local_workers() == local_workers(0.001) == usable_cpus()  # one per core when memory is no limit
     assert local_workers(10_000) == 1  # never fewer than one, however much each needs
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import platform
 import subprocess
 from importlib import metadata
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
 from kokoro_tvm.runtime.bundle_runner import cpu_model
+from kokoro_tvm.runtime.devices import usable_cpus
 
 VERSIONED = ("torch", "apache-tvm", "apache-tvm-ffi", "kokoro", "kokoro-tvm", "numpy")
 
@@ -25,10 +25,6 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None
 
 
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def provenance() -> dict:
     versions = {}
     for name in VERSIONED:
@@ -39,7 +35,7 @@ def provenance() -> dict:
     return {
         "git_sha": git_sha(),
         "versions": versions,
-        "machine": {"platform": platform.platform(), "processor": cpu_model(), "cpus": _cpus()},
+        "machine": {"platform": platform.platform(), "processor": cpu_model(), "cpus": usable_cpus()},
         "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 

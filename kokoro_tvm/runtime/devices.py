@@ -38,6 +38,11 @@ def require_device(name: str) -> None:
         raise DeviceUnavailableError(f"no {name} device on this machine: {_WHERE.get(name, '')}")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def cpu_share() -> int:
     """Threads for work given no count: OMP_NUM_THREADS when set (the share a parent hands each of several
     processes on one machine: tests/conftest.py gives each pytest-xdist worker and everything it starts half of
@@ -45,7 +50,7 @@ def cpu_share() -> int:
     oversubscribe them: every parallel region waits for a thread the other process holds. Beside one busy process
     on a 2-core Zen 2, notebook 08's FAST `bench` (`kokoro-tvm bench --text "Hello world." --runs 1 --warmup 1
     --peers torch,ort_fp32,ort_int8`) took 97 s at `--threads 2` and 53 s at 1 (NOTES/dynamic_shapes.md)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = usable_cpus()
     try:
         share = int(os.environ.get("OMP_NUM_THREADS", ""))
     except ValueError:  # unset, or not a number (OpenMP itself accepts lists such as "2,1": not ours to parse)
@@ -58,8 +63,7 @@ def use_every_cpu() -> None:
     2-vCPU machine, which made every compiled component ~1.7x slower outside `kokoro-tvm bench` (which sets
     the count). Unless TVM_NUM_THREADS is set, use every CPU this process may run on; TVM reads it once, when
     its pool starts (the first parallel kernel)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    os.environ.setdefault("TVM_NUM_THREADS", str(cpus))
+    os.environ.setdefault("TVM_NUM_THREADS", str(usable_cpus()))
 
 
 def gpu_devices() -> list[dict]:

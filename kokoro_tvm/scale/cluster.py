@@ -25,6 +25,7 @@ import psutil
 
 from kokoro_tvm import __version__
 from kokoro_tvm.errors import ResourceError
+from kokoro_tvm.runtime.devices import usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,6 @@ class ClusterError(ResourceError):
     """No scheduler at the address, or a worker that cannot run this project's tasks."""
 
 
-def cores() -> int:
-    """The cores this process may use (the affinity mask, not the host's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 # Our tasks hold no Dask data, so a worker's memory is its loaded models: Dask's pause (at 80% of its share of the
 # machine) cannot free any of it and only stops the worker taking tasks; with every worker paused a run never ends
 # (notebook 07's full run did so on this 24 GiB machine, two workers at 10.8 and 9.9 GB). The local cluster's
@@ -63,7 +59,7 @@ MEMORY_FOR_WORKERS = 0.8  # of the available memory: the rest for the client (no
 def local_workers(memory_gb: float | None = None) -> int:
     """How many one-task workers this machine runs: one per THREADS_PER_TASK cores, at most as many as
     MEMORY_FOR_WORKERS of its available memory holds at `memory_gb` each, at least one."""
-    n = max(1, cores() // THREADS_PER_TASK)
+    n = max(1, usable_cpus() // THREADS_PER_TASK)
     if memory_gb:
         n = min(n, max(1, int(MEMORY_FOR_WORKERS * psutil.virtual_memory().available / 2**30 // memory_gb)))
     return n

@@ -32,8 +32,8 @@ from kokoro_tvm.evaluation.results_table import ResultTable, summarize, task_key
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import load_voice
 from kokoro_tvm.runtime.audio_io import read_wav, write_wav
-from kokoro_tvm.runtime.devices import cpu_share
-from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, check_workers, cores, dask_client
+from kokoro_tvm.runtime.devices import cpu_share, usable_cpus
+from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, check_workers, dask_client
 from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences
 
 log = logging.getLogger(__name__)
@@ -247,7 +247,7 @@ def evaluate(
             n_workers = len(check_workers(client))
             where = f"local cluster of {n_workers} workers" if local else scheduler
             # workers x threads = cores on the local cluster; a remote worker's share is the caller's --threads
-            per_task = threads or (max(1, cores() // n_workers) if local else 1)
+            per_task = threads or (max(1, usable_cpus() // n_workers) if local else 1)
             failed, sizes = _run_on_cluster(todo, results, seed, per_task, client, progress)
     keys = {task.key for task in tasks}
     rows = [row for row in table.read() if task_key(row["voice"], row["sentence"]) in keys]
