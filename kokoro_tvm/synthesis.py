@@ -143,11 +143,13 @@ def check_backend(name: str, device: str = "cpu", precision: str = "fp32") -> No
 
 
 def make_backend(name: str, weights=None, buckets: str = "default", device: str = "cpu", precision: str = "fp32"):
-    check_backend(name, device, precision)
+    """The backend `name`, loaded; its options are `check_backend`'s to refuse (`_Request.make` checks them before
+    the G2P, and loads this after it)."""
     if name == "torch":
         return TorchBackend.load(weights)
     if name == "tvm":
         return TVMBackend.load(weights, precision=precision, buckets=buckets, device=device)
+    raise InputError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
 
 
 def check_speed(speed: float) -> float:
