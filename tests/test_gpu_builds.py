@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 import tvm
@@ -177,6 +178,55 @@ def test_gpu_rules_stay_within_a_blocks_shared_memory():
         assert reduction is not None and shared_bytes(reduction.mod) == 0
         short = WithinSharedMemory(dlight.gpu.GEMV()).apply(_row_mean(100), target, False)
         assert short is not None and 0 < shared_bytes(short.mod) <= DEFAULT_SHARED_BYTES
+
+
+@pytest.mark.parametrize("outer, inner, steps", [(2, 9, 20000), (1, 300, 40)])  # 300 columns: 3 blocks of 128
+def test_gpu_running_sum_kernel_sums_as_pytorchs_cpu_cumsum(outer, inner, steps):
+    """The serial GPU running sum, its thread loops serial so that it runs here, with a float64 accumulator: bit
+    for bit PyTorch's CPU cumsum of float32 (which keeps a double). With a float32 accumulator it is not: at
+    20,000 steps of increments up to 0.1 the float32 sum drifts by about 5e-3."""
+    from kokoro_tvm.compiler.ops.running_sum_gpu import gpu_running_sum_kernel
+
+    x = (np.random.default_rng(0).random((outer, steps, inner)) * 0.1).astype(np.float32)
+    expected = torch.cumsum(torch.from_numpy(x), dim=1).numpy()
+
+    def run(accumulator):
+        kernel = gpu_running_sum_kernel(outer, inner, "float32", accumulator, bind_threads=False)
+        library = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}), target="llvm")
+        out = tvm.runtime.tensor(np.zeros_like(x))
+        library["main"](tvm.runtime.tensor(x), out)
+        return out.numpy()
+
+    assert np.array_equal(run("float64"), expected)
+    if steps >= 20000:
+        assert not np.array_equal(run("float32"), expected)
+
+
+def test_cuda_running_sum_of_a_symbolic_length_compiles():
+    """TVM's GPU scan divides by the length in its log2(N) passes, so a cumsum of symbolic length stops the
+    build ("Find divide by zero"); our pipeline puts the serial kernel in its place and the module compiles."""
+    from tvm import relax, tirx
+
+    from kokoro_tvm.compiler.gpu_sources import device_source
+    from kokoro_tvm.compiler.pipeline import compile_lowered, lower, phases
+    from kokoro_tvm.compiler.targets import gpu_target
+
+    frames = tirx.Var("frames", "int64")
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, frames, 9), "float32"))  # SineGen's nine harmonics
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            out = builder.emit_output(relax.op.cumsum(x, axis=1))
+        builder.emit_func_output(out)
+    target = tvm.target.Target(gpu_target("cuda"))
+    source = device_source(compile_lowered(lower(builder.get(), target), target), "cuda")
+    assert "running_sum_gpu_kernel" in source and "double" in source
+    named = phases(target)
+    without = [p for p in named[0][1] if getattr(p, "info", None) is None or p.info.name != "UseGPURunningSum"]
+    assert len(without) == len(named[0][1]) - 1
+    stock = tvm.transform.Sequential(without + [p for _, passes in named[1:] for p in passes])
+    with target, pytest.raises(tvm.error.InternalError, match="divide by zero"):
+        compile_lowered(stock(builder.get()), target)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA sources not compiled")

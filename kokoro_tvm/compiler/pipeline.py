@@ -6,8 +6,8 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
 
 1. rewrite   our Relax rewrites (kokoro_tvm.compiler.passes): polyphase ConvTranspose and aligned conv lengths
              everywhere; on the CPU the vectorizable sine and integer powers, on a GPU the GPU LSTM kernel;
-             float32 running sums accumulated in float64 as PyTorch does; Metal (no float64) computes the
-             graph's float64 islands in float32
+             float32 running sums accumulated in float64 as PyTorch does (on CUDA in a serial kernel of ours);
+             Metal (no float64) computes the graph's float64 islands in float32
 2. dispatch  the backend's library dispatch (sampling, sort/scan)
 3. legalize  Relax ops -> TIR, fused (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR)
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
@@ -78,13 +78,13 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     )
 
     target = _target(target)
-    gpu = target.kind.name in GPU_KINDS
-    if gpu:
+    if target.kind.name in GPU_KINDS:
         from kokoro_tvm.compiler.schedule import gpu as schedule
 
         backend = relax.backend.gpu_generic.pipeline
         rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), schedule.UseGPURecurrence]
-        rewrites.append(DemoteFloat64() if target.kind.name == "metal" else CumsumInFloat64())  # Metal: no float64
+        sums = [schedule.UseGPURunningSum(), CumsumInFloat64()]  # PyTorch's rounding; any length (TVM's scan: not)
+        rewrites += [DemoteFloat64()] if target.kind.name == "metal" else sums  # Metal: no float64
         counts = {} if coverage is None else coverage
         rules = schedule.rules(counts)
         count = [schedule.count_hand_written(counts)]

@@ -5,7 +5,9 @@ lengths) are kept; `VectorizableSine` is not (it reduces the argument in float64
 have a native vector `sin`). Every fused PrimFunc is then scheduled by dlight's GPU rules (Matmul, GEMV,
 Reduction, GeneralReduction, and Fallback, which binds any injective or leftover loop nest to threads), and
 our masked-LSTM recurrence, a serial loop the rules cannot schedule, is swapped for its hand-written GPU
-kernel (`kokoro_tvm.compiler.ops.lstm_gpu`), which is marked as already scheduled.
+kernel (`kokoro_tvm.compiler.ops.lstm_gpu`), which is marked as already scheduled. So is every running sum
+(SineGen's phase): a serial GPU kernel with a float64 accumulator (`kokoro_tvm.compiler.ops.running_sum_gpu`)
+takes the place of TVM's GPU scan, which cannot be built for a symbolic length.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from __future__ import annotations
 import contextlib
 import inspect
 import linecache
+import math
 import sys
 
 import tvm
-from tvm import s_tir, tirx
+from tvm import relax, s_tir, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.s_tir import dlight
 
 from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
+from kokoro_tvm.compiler.ops.running_sum_gpu import gpu_running_sum_kernel
+from kokoro_tvm.compiler.passes.base import rewriting_pass, shape_of
 
 
 @tvm.transform.module_pass(opt_level=0, name="UseGPURecurrence")
@@ -36,6 +42,42 @@ def UseGPURecurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 (TV
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
+
+
+def _running_sum(builder: relax.BlockBuilder, call: relax.Call, accumulator: str):
+    """`call` (a relax.cumsum) as a call of the serial GPU kernel, or `call` itself where the kernel does not
+    apply (no axis, an exclusive sum, a change of dtype, a symbolic size off the summed axis)."""
+    x, attrs = call.args[0], call.attrs
+    dtype, shape = str(x.ty.dtype), shape_of(x)
+    if attrs.axis is None or attrs.exclusive or str(attrs.dtype or dtype) != dtype or shape is None:
+        return call
+    if dtype not in ("float32", "float64"):
+        return call
+    axis = int(attrs.axis) % len(shape)
+    others = shape[:axis] + shape[axis + 1 :]
+    if not all(isinstance(size, int) for size in others):
+        return call
+    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
+    kernel = builder.add_func(gpu_running_sum_kernel(outer, inner, dtype, accumulator), "running_sum_gpu")
+    columns = [outer, shape[axis], inner]
+    if len(shape) == 3 and axis == 1:  # already [outer, N, inner]: no reshape (each would be a copy kernel)
+        return relax.call_tir(kernel, [x], relax.TensorType(columns, dtype))
+    summed = relax.call_tir(kernel, [relax.op.reshape(x, columns)], relax.TensorType(columns, dtype))
+    return relax.op.reshape(summed, x.ty.shape)
+
+
+def UseGPURunningSum(accumulator: str = "float64"):  # noqa: N802 (TVM pass naming)
+    """Every running sum the serial GPU kernel can take, computed by it with an `accumulator` sum (float64:
+    PyTorch's CPU cumsum bit for bit, but for rare last-bit ties)."""
+    cumsum = tvm.ir.Op.get("relax.cumsum")
+
+    @mutator
+    class _RunningSums(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            return _running_sum(self.builder_, call, accumulator) if call.op.same_as(cumsum) else call
+
+    return rewriting_pass("UseGPURunningSum", _RunningSums)
 
 
 def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
