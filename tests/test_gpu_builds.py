@@ -180,6 +180,48 @@ def test_gpu_rules_stay_within_a_blocks_shared_memory():
         assert short is not None and 0 < shared_bytes(short.mod) <= DEFAULT_SHARED_BYTES
 
 
+@T.prim_func(private=True, s_tir=True)
+def _f0_conv(x_handle: T.handle, w: T.Buffer((T.int64(1), T.int64(1), T.int64(3)), "float32"), y_handle: T.handle,
+             s: T.int64):  # fmt: skip
+    """The decoder's F0 conv (one channel, kernel 3, stride 2, padded) for a symbolic length of 16 s frames."""
+    T.func_attr({"tirx.noalias": True})
+    x = T.match_buffer(x_handle, (T.int64(1), T.int64(1), s * T.int64(16)))
+    y = T.match_buffer(y_handle, (T.int64(1), T.int64(1), s * T.int64(8)))
+    pad = T.sblock_alloc_buffer((T.int64(1), T.int64(1), s * T.int64(16) + T.int64(2)))
+    for i0, i1, i2 in T.grid(T.int64(1), T.int64(1), s * T.int64(16) + T.int64(2)):
+        with T.sblock("pad"):
+            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+            pad[v0, v1, v2] = T.if_then_else(T.int64(1) <= v2 and v2 <= s * T.int64(16), x[v0, v1, v2 - T.int64(1)],
+                                             T.float32(0.0))  # fmt: skip
+    for n, f, t, c, k in T.grid(T.int64(1), T.int64(1), s * T.int64(8), T.int64(1), T.int64(3)):
+        with T.sblock("conv"):
+            vn, vf, vt, vc, vk = T.axis.remap("SSSRR", [n, f, t, c, k])
+            with T.init():
+                y[vn, vf, vt] = T.float32(0.0)
+            y[vn, vf, vt] = y[vn, vf, vt] + pad[vn, vc, vt * T.int64(2) + vk] * w[vf, vc, vk]
+
+
+def test_gpu_rules_refuse_shared_buffers_of_symbolic_size():
+    """dlight's GEMV rule caches the F0 conv's whole input row in shared memory; for a symbolic length that row
+    has no bound, TVM's byte count calls it 0, and CUDA code generation refuses it. Counted at its largest it
+    is over the limit, so the next rule takes the conv, with no shared memory, and the module compiles."""
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.compiler.schedule.gpu import DEFAULT_SHARED_BYTES, WithinSharedMemory, rules, shared_bytes
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    func = _f0_conv.with_attr("global_symbol", "main")
+    with target:
+        gemv = dlight.gpu.GEMV().apply(func, target, False)
+        assert shared_bytes(gemv.mod) > DEFAULT_SHARED_BYTES
+        with pytest.raises(tvm.error.InternalError, match="constant size stack allocation"):
+            tvm.compile(gemv.mod, target=target)
+        assert WithinSharedMemory(dlight.gpu.GEMV()).apply(func, target, False) is None
+        scheduled = dlight.ApplyDefaultSchedule(*rules())(tvm.IRModule({"main": func}))
+        assert shared_bytes(scheduled) == 0
+        tvm.compile(scheduled, target=target)
+
+
 @pytest.mark.parametrize("outer, inner, steps", [(2, 9, 20000), (1, 300, 40)])  # 300 columns: 3 blocks of 128
 def test_gpu_running_sum_kernel_sums_as_pytorchs_cpu_cumsum(outer, inner, steps):
     """The serial GPU running sum, its thread loops serial so that it runs here, with a float64 accumulator: bit

@@ -26,6 +26,7 @@ from tvm.s_tir import dlight
 from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
 from kokoro_tvm.compiler.ops.running_sum_gpu import gpu_running_sum_kernel
 from kokoro_tvm.compiler.passes.base import rewriting_pass, shape_of
+from kokoro_tvm.compiler.sizes import size_analyzer
 
 
 @tvm.transform.module_pass(opt_level=0, name="UseGPURecurrence")
@@ -127,25 +128,58 @@ class CountingRule:
 # default; ptxas refuses more: "uses too much shared data").
 DEFAULT_SHARED_BYTES = 48 * 1024
 
-# The lowering steps that give each block's shared buffers their final (compacted) size.
+# The lowering steps that give each block's shared buffers their final (compacted) size; the module stays in
+# block form.
 _COMPACTING = (s_tir.transform.LowerCrossThreadReduction, s_tir.transform.LowerInitBlock,
                s_tir.transform.PlanAndUpdateBufferAllocationLocation, s_tir.transform.ConvertBlocksToOpaque,
-               s_tir.transform.CompactBufferAllocation, s_tir.transform.LowerOpaqueBlock,
-               tirx.transform.FlattenBuffer)  # fmt: skip
+               s_tir.transform.CompactBufferAllocation)  # fmt: skip
+
+
+def _blocks(stmt):
+    """Every block of a block-form statement."""
+    if isinstance(stmt, s_tir.SBlockRealize):
+        stmt = stmt.block
+    if isinstance(stmt, s_tir.SBlock):
+        yield stmt
+        children = [stmt.init, stmt.body]
+    elif isinstance(stmt, tirx.SeqStmt):
+        children = list(stmt.seq)
+    elif isinstance(stmt, tirx.IfThenElse):
+        children = [stmt.then_case, stmt.else_case]
+    else:
+        children = [getattr(stmt, "body", None)]
+    for child in children:
+        if isinstance(child, tirx.Stmt):
+            yield from _blocks(child)
+
+
+def _most_bytes(buffer) -> int:
+    """The most bytes `buffer` can take: a symbolic size at its largest for tile counts up to 2**40, so a size
+    that grows with the length is far over any limit, and one that is bounded (`min(960 s + 32, 32)`, a tile
+    at the end of a symbolic row) counts its bound."""
+    elements = 1
+    for size in buffer.shape:
+        elements *= int(size) if isinstance(size, tirx.IntImm) else size_analyzer(size).const_int_bound(size).max_value
+    dtype = tvm.DataType(str(buffer.dtype))
+    return elements * dtype.bits * dtype.lanes // 8
 
 
 def shared_bytes(mod: tvm.IRModule) -> int:
-    """The most shared memory any function of a scheduled module allocates, per block, once its buffers are
-    compacted (TVM's count: an allocation of symbolic size counts 0 bytes)."""
-    lowered = tvm.transform.Sequential([make() for make in _COMPACTING])(mod)
-    sizes = s_tir.analysis.calculate_allocated_bytes(lowered)
-    return max((int(scopes.get("shared", 0)) for scopes in sizes.values()), default=0)
+    """The most shared memory any function of a scheduled module allocates per block once its buffers are
+    compacted, a symbolic size counted at its largest. (TVM's own count, `calculate_allocated_bytes`, counts a
+    symbolic size as 0 bytes: dlight's GEMV rule cached a whole symbolic-length row of the F0 conv's input,
+    which CUDA code generation then refused, "Can only handle constant size stack allocation".)"""
+    compacted = tvm.transform.Sequential([make() for make in _COMPACTING])(mod)
+    return max((sum(_most_bytes(buffer) for block in _blocks(func.body) for buffer in block.alloc_buffers
+                    if buffer.scope().startswith("shared"))
+                for func in compacted.functions.values() if isinstance(func, tirx.PrimFunc)), default=0)  # fmt: skip
 
 
 class WithinSharedMemory:
-    """A dlight rule whose schedule is refused (the next rule tries) where it needs more static shared memory
-    than one block may have. dlight's GEMV rule caches whole rows in shared memory: the masked AdaIN's
-    mean over 7712 decoder frames took 482 KiB, and ptxas refused the decoder."""
+    """A dlight rule whose schedule is refused (the next rule tries) where it needs more shared memory than one
+    block may have, a symbolic size counted at its largest. dlight's GEMV rule caches whole rows in shared
+    memory: the masked AdaIN's mean over 7712 decoder frames took 482 KiB, and ptxas refused the decoder; in a
+    symbolic-length build such a row (the F0 conv's input) has no bound at all."""
 
     def __init__(self, rule):
         self.rule = rule
