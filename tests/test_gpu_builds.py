@@ -14,7 +14,7 @@ import tvm
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler.build import BuildSpec
-from kokoro_tvm.compiler.gpu_launches import Launch, launches_of, unbound_functions
+from kokoro_tvm.compiler.gpu_launches import Launch, launches_of, primfunc_launches, unbound_functions
 from kokoro_tvm.compiler.gpu_sources import build_sources, gpu_lstm_check, nvcc_check, source_problems
 from kokoro_tvm.compiler.targets import check_dtype
 from kokoro_tvm.weights.resolve import kmodel_skeleton
@@ -98,6 +98,17 @@ def test_cuda_sources_compile_with_nvcc(random_model, component):
     verdict = nvcc_check(build.source)
     assert verdict["status"] == "compiled", verdict
     assert verdict["ptx_entries"] == build.kernel_count
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed: CUDA sources not compiled")
+def test_symbolic_cuda_build_is_inventoried_and_compiles_with_nvcc(random_model, tmp_path):
+    """`gpu-build --symbolic`: the build the runtime uses for every length, every kernel bound (its host-side
+    shape function is not a kernel) and assembled by nvcc."""
+    from kokoro_tvm.compiler.gpu_sources import build_components
+
+    (entry,) = build_components(random_model, "cuda", {"text_encoder": 8}, tmp_path, symbolic=True)["components"]
+    assert entry["symbolic"] and entry["length"] == 512 and entry["problems"] == [] and entry["unbound"] == []
+    assert entry["nvcc"]["status"] == "compiled" and entry["nvcc"]["ptx_entries"] == entry["kernel_count"]
 
 
 def test_checks_find_unbound_functions_missing_kernels_and_cut_sources(metal_text_encoder):
@@ -246,7 +257,8 @@ def test_gpu_running_sum_kernel_sums_as_pytorchs_cpu_cumsum(outer, inner, steps)
 
 def test_cuda_running_sum_of_a_symbolic_length_compiles():
     """TVM's GPU scan divides by the length in its log2(N) passes, so a cumsum of symbolic length stops the
-    build ("Find divide by zero"); our pipeline puts the serial kernel in its place and the module compiles."""
+    build ("Find divide by zero"); our pipeline puts the serial kernel in its place and the module compiles.
+    Its launch inventory leaves out the host-side shape function a symbolic length brings."""
     from tvm import relax, tirx
 
     from kokoro_tvm.compiler.gpu_sources import device_source
@@ -261,7 +273,11 @@ def test_cuda_running_sum_of_a_symbolic_length_compiles():
             out = builder.emit_output(relax.op.cumsum(x, axis=1))
         builder.emit_func_output(out)
     target = tvm.target.Target(gpu_target("cuda"))
-    source = device_source(compile_lowered(lower(builder.get(), target), target), "cuda")
+    lowered = lower(builder.get(), target)
+    # the VM's shape function runs on the host: not a kernel left unbound
+    assert "shape_func" in [gv.name_hint for gv in lowered.functions]
+    assert unbound_functions(primfunc_launches(lowered)) == []
+    source = device_source(compile_lowered(lowered, target), "cuda")
     assert "running_sum_gpu_kernel" in source and "double" in source
     named = phases(target)
     without = [p for p in named[0][1] if getattr(p, "info", None) is None or p.info.name != "UseGPURunningSum"]

@@ -57,10 +57,11 @@ def gpu_build(args: argparse.Namespace) -> int:
     lengths = lengths_for(chosen, args.tokens, args.frames)
     out = _output_folder(args.out)
     model, _info = load_kmodel(args.weights)
-    manifest = build_components(model, args.target, lengths, out, export=args.export)
+    manifest = build_components(model, args.target, lengths, out, export=args.export, symbolic=args.symbolic)
     failed = 0
     for entry in manifest["components"]:
-        summary = {k: entry[k] for k in ("component", "length", "kernel_count", "threadgroup_sizes", "source_bytes")}
+        summary = {k: entry[k] for k in ("component", "length", "symbolic", "kernel_count", "threadgroup_sizes",
+                                         "source_bytes")}  # fmt: skip
         summary.update({k: entry[k] for k in ("nvcc", "export") if k in entry}, problems=entry["problems"])
         print(json.dumps(summary))
         failed += bool(entry["problems"]) or entry.get("nvcc", {}).get("status") == "failed"
@@ -118,6 +119,8 @@ def _add_gpu_build(sub) -> None:
     parser.add_argument("--frames", type=positive_int, default=64, help="frame-axis length (default 64)")
     parser.add_argument("--components", help="comma-separated subset (default: all five)")
     parser.add_argument("--out", default="outputs/06_metal_builds/sources", help="folder for sources + manifest")
+    parser.add_argument("--symbolic", action="store_true",
+                        help="the symbolic-length builds the runtime uses (every length; --tokens/--frames unused)")
     parser.add_argument("--export", action="store_true", help="also export a Metal library (macOS only)")
     add_weights(parser)
     parser.set_defaults(func=gpu_build)

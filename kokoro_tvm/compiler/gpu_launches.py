@@ -90,10 +90,13 @@ def launches_of(func) -> list[Launch]:
 
 
 def primfunc_launches(lowered) -> dict[str, list[Launch]]:
-    """PrimFunc name -> launches, for every PrimFunc of a lowered module (an empty list: not bound)."""
+    """PrimFunc name -> launches, for every device PrimFunc of a lowered module (an empty list: not bound).
+    Host functions are left out: a symbolic-length build's `shape_func` (the VM's shape arithmetic) runs on
+    the CPU."""
     from tvm import tirx
 
-    return {gv.name_hint: launches_of(f) for gv, f in lowered.functions.items() if isinstance(f, tirx.PrimFunc)}
+    return {gv.name_hint: launches_of(f) for gv, f in lowered.functions.items()
+            if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_host_func"))}  # fmt: skip
 
 
 def unbound_functions(launches: dict[str, list[Launch]]) -> list[str]:

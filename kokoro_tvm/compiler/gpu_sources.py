@@ -209,22 +209,25 @@ def nvcc_check(source: str, arch: str = "sm_80") -> dict:
     return {"status": "compiled", "arch": arch, "seconds": time.perf_counter() - start, "ptx_entries": entries}
 
 
-def build_components(model, kind: str, lengths: dict[str, int], folder: Path, export: bool = False) -> dict:
-    """Build every component in `lengths` ({component: tokens or frames}) for `kind`, save each source under
-    `folder` with manifest.json, and return the manifest: per component its inventory, problems, and for
-    CUDA nvcc's verdict, for Metal the export step's outcome."""
+def build_components(model, kind: str, lengths: dict[str, int], folder: Path, export: bool = False,
+                     symbolic: bool = False) -> dict:  # fmt: skip
+    """Build every component in `lengths` ({component: tokens or frames}; with `symbolic`, its symbolic-length
+    build, the one the runtime uses for every length) for `kind`, save each source under `folder` with
+    manifest.json, and return the manifest: per component its inventory, problems, and for CUDA nvcc's verdict,
+    for Metal the export step's outcome."""
     from kokoro_tvm.compiler.build import BuildSpec
 
     folder = Path(folder)
     entries = []
     for component, length in lengths.items():
-        build = build_sources(model, BuildSpec(component, length), kind)
-        entry = save(build, folder)
+        spec = BuildSpec.dynamic(component) if symbolic else BuildSpec(component, length)
+        build = build_sources(model, spec, kind)
+        entry = dict(save(build, folder), symbolic=symbolic)  # symbolic: `length` is the largest it takes
         if kind == "cuda":
             entry["nvcc"] = nvcc_check(build.source, build.target["arch"])
         if kind == "metal":
             entry["export"] = (
-                export_library(build, folder / f"{component}-n{length}.dylib") if export else "not requested"
+                export_library(build, folder / f"{component}-n{build.length}.dylib") if export else "not requested"
             )
         entries.append(entry)
     manifest = {"kind": kind, "platform": sys.platform, "components": entries}
