@@ -104,19 +104,28 @@ class BuildSpec:
         return ComponentShape(self.component, self.length, self.batch)
 
 
-def relax_module(model, spec: BuildSpec):
-    """Export `model`'s component at `spec` and import it into Relax, weight-only work lifted out of main.
-    Returns (module, exported program, {"export": s, "import": s})."""
+def decomposed_program(model, spec: BuildSpec) -> torch.export.ExportedProgram:
+    """`model`'s component exported at `spec` (static), decomposed as the importer reads it: a notebook that reads
+    its ops (`converters.graph_ops(..., decompose=False)`) and builds it (`build(..., decomposed=)`) does this once."""
+    if spec.symbolic:
+        raise ValueError("decomposed_program takes a static spec")
+    with default_dtype(next(model.parameters()).dtype):  # the rule of every export and import here
+        return export_component(model, spec.shape).run_decompositions()
+
+
+def relax_module(model, spec: BuildSpec, decomposed: torch.export.ExportedProgram | None = None):
+    """Export `model`'s component at `spec` (or take `decomposed`, its `decomposed_program`) and import it into
+    Relax, weight-only work lifted out of main. Returns (module, exported program, {"export": s, "import": s})."""
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
     if spec.symbolic:
         shape = SymbolicShape(spec.component, spec.length // LENGTH_TILE)
         return symbolic_relax_module(model, shape, spec.precision)
     t0 = time.perf_counter()
-    exported = export_component(model, spec.shape)
+    exported = export_component(model, spec.shape) if decomposed is None else decomposed
     t1 = time.perf_counter()
     with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
-        mod = to_relax(exported, keep_params_as_input=True)
+        mod = to_relax(exported, keep_params_as_input=True, decomposed=decomposed is not None)
         mod = lift_weight_transforms(mod, spec.component, spec.precision)
     return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
@@ -182,8 +191,9 @@ def _folder(spec: BuildSpec, fields: dict) -> Path:
     return cache_dir() / "artifacts" / f"{spec.component}-{dtype}-b{spec.batch}-{length}-{_key(fields)}"
 
 
-def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None) -> Artifact:
-    """The cached artifact for `spec`, building it if missing or invalid. `model` must be in spec.dtype.
+def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None, decomposed=None) -> Artifact:
+    """The cached artifact for `spec`, building it if missing or invalid. `model` must be in spec.dtype;
+    `decomposed`, if given, is `decomposed_program(model, spec)`, which a build then neither exports nor decomposes.
 
     Safe with several processes on one cache: the build holds the artifact's lock (a second process waits,
     then finds it built), and every file is written under a temporary name and renamed into place, the
@@ -196,7 +206,7 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
         if cached is not None:
             return cached
         library = folder / "component.so"
-        manifest = _build(model, spec, target, fields, library, _params_path(weights_fingerprint, spec))
+        manifest = _build(model, spec, target, fields, library, _params_path(weights_fingerprint, spec), decomposed)
         tmp = temporary_sibling(folder / "manifest.json")
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, folder / "manifest.json")
@@ -217,12 +227,12 @@ def require_arithmetic(arithmetic: str, target) -> None:
         packed.require(target, int8.FEATURE, bf16.FEATURE)
 
 
-def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path) -> dict:
+def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path, decomposed=None) -> dict:
     check_dtype(spec.dtype, target["kind"])
     require_arithmetic(spec.precision, target)
     log.info("building %s (%s, length %s%d, batch %d) for %s", spec.component, spec.dtype,
              "symbolic up to " if spec.symbolic else "", spec.length, spec.batch, target.get("mcpu", target["kind"]))
-    mod, exported, seconds = relax_module(model, spec)
+    mod, exported, seconds = relax_module(model, spec, decomposed)
     t2 = time.perf_counter()
     executable = compile_relax(mod, target)
     library.parent.mkdir(parents=True, exist_ok=True)

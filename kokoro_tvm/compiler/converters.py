@@ -264,13 +264,15 @@ def unsupported_ops(
     return missing_ops(graph_ops(exported_program), converters)
 
 
-def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False):
+def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False,
+             decomposed: bool = False):  # fmt: skip
     """Import with our converter table; fails first with the full list of unsupported ops, if any.
-    With keep_params_as_input the weights stay function parameters (after the user inputs)."""
+    With keep_params_as_input the weights stay function parameters (after the user inputs); `decomposed`: the
+    program has had PyTorch's decompositions run already (`build.decomposed_program`)."""
 
     # PyTorch's decompositions run once, here: the check and the importer read the same decomposed graph
     # (run twice, they were half of every import: 16 of ALBERT's 35 s, more for the decoder)
-    decomposed = exported_program.run_decompositions()
+    decomposed = exported_program if decomposed else exported_program.run_decompositions()
     missing = missing_ops(graph_ops(decomposed, decompose=False))
     if missing:
         raise NotImplementedError(f"no converter for {len(missing)} op(s): {', '.join(missing)}")
