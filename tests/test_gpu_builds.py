@@ -2,6 +2,7 @@
 small components with every kernel bound and the source complete, the checks themselves, and clear errors
 where no device exists."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -326,3 +327,37 @@ def test_symbolic_gpu_reductions_across_threads_are_combined_not_raced():
         module = tvm.compile(mod, target=target).mod
     source = (module.imports if hasattr(module, "imports") else module.imported_modules)[0].inspect_source()
     assert "__shfl_down_sync" in source  # the threads' partial sums combined by a warp reduction
+
+
+def _running_sums(exclusive: bool):
+    """[4, n] summed along n and [n, 3] along n (and, if `exclusive`, [n, 3] exclusively) for a symbolic n."""
+    from tvm import relax, tirx
+
+    n = tirx.Var("n", "int64")
+    rows = relax.Var("rows", relax.TensorType((4, n), "float32"))
+    columns = relax.Var("columns", relax.TensorType((n, 3), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [rows, columns]):
+        with builder.dataflow():
+            sums = [relax.op.cumsum(rows, axis=1), relax.op.cumsum(columns, axis=0)]
+            sums += [relax.op.cumsum(columns, axis=0, exclusive=True)] if exclusive else []
+            out = builder.emit_output(relax.Tuple(sums))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+def test_running_sums_of_other_ranks_and_axes_take_the_serial_kernel_and_exclusive_ones_do_not():
+    """Sums along other axes go through the kernel's [outer, N, inner] view (a reshape each way) and compile for
+    CUDA with a symbolic length; an exclusive running sum is left to TVM (the kernel sums inclusively)."""
+    from kokoro_tvm.compiler.gpu_sources import device_source
+    from kokoro_tvm.compiler.pipeline import compile_lowered, lower, phases
+    from kokoro_tvm.compiler.targets import gpu_target
+
+    target = tvm.target.Target(gpu_target("cuda"))
+    with target:
+        rewritten = tvm.transform.Sequential(dict(phases(target))["rewrite"])(_running_sums(exclusive=True))
+    kernels = [gv for gv in rewritten.functions if gv.name_hint.startswith("running_sum_gpu")]
+    assert len(kernels) == 2 and rewritten.script().count("R.cumsum(") == 1  # the exclusive one stays
+    source = device_source(compile_lowered(lower(_running_sums(exclusive=False), target), target), "cuda")
+    kernels = set(re.findall(r"void __launch_bounds__\(\d+\) (\w+)\(", source))
+    assert {"running_sum_gpu_kernel", "running_sum_gpu1_kernel"} <= kernels
