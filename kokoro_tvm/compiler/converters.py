@@ -272,12 +272,12 @@ def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_inpu
 
     # PyTorch's decompositions run once, here: the check and the importer read the same decomposed graph
     # (run twice, they were half of every import: 16 of ALBERT's 35 s, more for the decoder)
-    decomposed = exported_program if decomposed else exported_program.run_decompositions()
-    missing = missing_ops(graph_ops(decomposed, decompose=False))
+    program = exported_program if decomposed else exported_program.run_decompositions()
+    missing = missing_ops(graph_ops(program, decompose=False))
     if missing:
         raise NotImplementedError(f"no converter for {len(missing)} op(s): {', '.join(missing)}")
     return from_exported_program(
-        decomposed,
+        program,
         custom_convert_map=CONVERTERS,
         keep_params_as_input=keep_params_as_input,
         run_ep_decomposition=False,

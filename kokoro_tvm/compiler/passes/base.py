@@ -28,9 +28,10 @@ def rewriting_pass(name: str, make_rewriter):
     return _pass
 
 
-def call_rewriting_pass(name: str, op_name: str, rewrite):
+def call_rewriting_pass(name: str, op_name: str, rewrite, with_builder: bool = False):
     """A Relax rewrite of one operator: every call of `op_name` (its arguments already rewritten) becomes
-    `rewrite(call)`, which returns the call itself where it changes nothing."""
+    `rewrite(call)`, which returns the call itself where it changes nothing; `with_builder`: `rewrite(call,
+    builder)`, for a rewrite that adds a PrimFunc to the module (`builder.add_func`)."""
 
     @mutator
     class _CallRewriter(PyExprMutator):
@@ -40,7 +41,9 @@ def call_rewriting_pass(name: str, op_name: str, rewrite):
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            return rewrite(call) if call.op.same_as(self.op) else call
+            if not call.op.same_as(self.op):
+                return call
+            return rewrite(call, self.builder_) if with_builder else rewrite(call)
 
     return rewriting_pass(name, _CallRewriter)
 

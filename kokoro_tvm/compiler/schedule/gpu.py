@@ -13,6 +13,7 @@ takes the place of TVM's GPU scan, which cannot be built for a symbolic length.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import linecache
 import math
@@ -20,12 +21,11 @@ import sys
 
 import tvm
 from tvm import relax, s_tir, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.s_tir import dlight
 
 from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
 from kokoro_tvm.compiler.ops.running_sum_gpu import gpu_running_sum_kernel
-from kokoro_tvm.compiler.passes.base import rewriting_pass, shape_of
+from kokoro_tvm.compiler.passes.base import call_rewriting_pass, shape_of
 from kokoro_tvm.compiler.sizes import size_analyzer
 
 
@@ -45,7 +45,7 @@ def UseGPURecurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 (TV
     return mod
 
 
-def _running_sum(builder: relax.BlockBuilder, call: relax.Call, accumulator: str):
+def _running_sum(call: relax.Call, builder: relax.BlockBuilder, accumulator: str):
     """`call` (a relax.cumsum) as a call of the serial GPU kernel, or `call` itself where the kernel does not
     apply (no axis, an exclusive sum, a change of dtype, a symbolic size off the summed axis)."""
     x, attrs = call.args[0], call.attrs
@@ -70,15 +70,8 @@ def _running_sum(builder: relax.BlockBuilder, call: relax.Call, accumulator: str
 def UseGPURunningSum(accumulator: str = "float64"):  # noqa: N802 (TVM pass naming)
     """Every running sum the serial GPU kernel can take, computed by it with an `accumulator` sum (float64:
     PyTorch's CPU cumsum bit for bit, but for rare last-bit ties)."""
-    cumsum = tvm.ir.Op.get("relax.cumsum")
-
-    @mutator
-    class _RunningSums(PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            return _running_sum(self.builder_, call, accumulator) if call.op.same_as(cumsum) else call
-
-    return rewriting_pass("UseGPURunningSum", _RunningSums)
+    return call_rewriting_pass("UseGPURunningSum", "relax.cumsum",
+                               functools.partial(_running_sum, accumulator=accumulator), with_builder=True)  # fmt: skip
 
 
 def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
