@@ -75,6 +75,24 @@ def test_the_runner_matches_the_recorded_outputs_and_keeps_them(tmp_path, tiny_l
         assert npz["output0"].shape == (2, 3)
 
 
+def test_the_runner_names_the_calls_that_take_longest(tmp_path, tiny_library):
+    """`--kernels N` times every call inside one more call of each case: the tiny module's own kernel is among
+    them with its call count, longest first, at most N; the outputs are still the recorded ones, and without
+    the option no row carries kernel times."""
+    folder = _bundle(tmp_path / "b", tiny_library)
+    for most in (50, 2):
+        args = [str(folder), "--device", "cpu", "--out", str(tmp_path / "r"), "--runs", "1", "--kernels", str(most)]
+        assert bundle_runner.main(args) == 0
+        (case,) = json.loads((tmp_path / "r" / "results.json").read_text())["cases"]
+        kernels = case["kernels"]
+        assert case["within_tolerance"] and 1 <= len(kernels) <= most
+        assert [k["seconds"] for k in kernels] == sorted((k["seconds"] for k in kernels), reverse=True)
+        assert all(k["calls"] >= 1 and k["seconds"] > 0 for k in kernels)
+        if most == 50:  # every call: x * w and its + w, fused into one kernel, called once
+            assert [k["calls"] for k in kernels if "multiply" in k["name"]] == [1], kernels
+    assert "kernels" not in bundle_runner.run_bundle(folder, "cpu", runs=1)["cases"][0]
+
+
 def test_an_output_past_the_tolerance_fails_the_run(tmp_path, tiny_library):
     folder = _bundle(tmp_path / "b", tiny_library, expected_scale=1.01)  # a 1% error: 100x the tolerance
     assert bundle_runner.main([str(folder), "--device", "cpu", "--out", str(tmp_path / "r"), "--runs", "1"]) == 1

@@ -163,13 +163,16 @@ def test_gpu_cli_errors_are_one_line(args, message):
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
-def _row_mean(frames):
-    """y[c] = sum_t x[c, t] * w[t]: the masked AdaIN's mean over time, which dlight's GEMV rule schedules."""
-    from tvm import te
+def _row_mean(frames, channels=512):
+    """y[c] = sum_t x[c, t] * w[t]: the masked AdaIN's mean over time, which dlight's GEMV rule schedules
+    (int64 sizes, as Relax's legalized functions have them)."""
+    from tvm import te, tirx
 
-    x, w = te.placeholder((1, 512, frames), name="x"), te.placeholder((frames,), name="w")
+    one, channels, frames = (size if not isinstance(size, int) else tirx.IntImm("int64", size)
+                             for size in (1, channels, frames))  # fmt: skip
+    x, w = te.placeholder((one, channels, frames), name="x"), te.placeholder((frames,), name="w")
     t = te.reduce_axis((0, frames), name="t")
-    y = te.compute((1, 512), lambda b, c: te.sum(x[b, c, t] * w[t], axis=t), name="y")
+    y = te.compute((one, channels), lambda b, c: te.sum(x[b, c, t] * w[t], axis=t), name="y")
     return te.create_prim_func([x, w, y]).with_attr("global_symbol", "main")
 
 
@@ -190,6 +193,34 @@ def test_gpu_rules_stay_within_a_blocks_shared_memory():
         assert reduction is not None and shared_bytes(reduction.mod) == 0
         short = WithinSharedMemory(dlight.gpu.GEMV()).apply(_row_mean(100), target, False)
         assert short is not None and 0 < shared_bytes(short.mod) <= DEFAULT_SHARED_BYTES
+
+
+def test_few_long_rows_take_a_block_each_not_a_warp():
+    """dlight's GEMV rule gives each row one warp, 16 rows a block: the masked AdaIN's sums over the audio-rate
+    rows (128 channels of 960 s + 32 samples) ran on 8 blocks of an H100's 132 multiprocessors. Rows longer
+    than there are rows go to the Reduction rule, a block of 1024 threads per row; more rows than samples (512
+    channels of 100 frames) keep GEMV."""
+    from tvm import tirx
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.compiler.gpu_launches import launches_of
+    from kokoro_tvm.compiler.schedule.gpu import rules
+
+    tiles = tirx.Var("s", "int64")
+    symbolic = _row_mean(tiles * 960 + 32, channels=128)
+    symbolic = tirx.PrimFunc([*symbolic.params, tiles], symbolic.body, attrs=symbolic.attrs)  # s: a parameter
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    for func, rule, blocks, threads in [(symbolic, "Reduction", 128, 1024),
+                                        (_row_mean(7712, channels=128), "Reduction", 128, 1024),
+                                        (_row_mean(100), "GEMV", 32, 512)]:  # fmt: skip
+        counts: dict[str, int] = {}
+        with target:
+            scheduled = dlight.ApplyDefaultSchedule(*rules(counts))(tvm.IRModule({"main": func}))
+        (launch,) = launches_of(scheduled["main"])
+        assert counts == {rule: 1} and launch.grid[0] == blocks and launch.threads_per_group == threads, launch
+        with target:
+            unguarded = dlight.ApplyDefaultSchedule(dlight.gpu.GEMV())(tvm.IRModule({"main": func}))
+        assert launches_of(unguarded["main"])[0].threads_per_group == 512  # what GEMV alone gives every row
 
 
 @T.prim_func(private=True, s_tir=True)

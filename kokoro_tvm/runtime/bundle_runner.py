@@ -106,6 +106,31 @@ class _Component:
         self.device.sync()
         return out
 
+    def kernel_seconds(self, tensors: list, most: int) -> list[dict]:
+        """One more call with every call it makes (kernels, VM built-ins) timed, a device sync on both sides
+        of each: the `most` that took longest, in all, with their call counts. The syncs cost time, so these
+        add up to more than the timed calls take; they say where the time goes, not how long a call takes."""
+        import tvm_ffi
+
+        totals, calls, started = {}, {}, {}
+
+        def instrument(_func, symbol, before_run, _ret, *_args):
+            self.device.sync()
+            if before_run:
+                started[symbol] = time.perf_counter()
+            else:
+                totals[symbol] = totals.get(symbol, 0.0) + time.perf_counter() - started[symbol]
+                calls[symbol] = calls.get(symbol, 0) + 1
+            return 0  # VMInstrumentReturnKind.NO_OP: run the call
+
+        self.vm.set_instrument(tvm_ffi.convert(instrument))
+        try:
+            self.call(tensors)
+        finally:
+            self.vm.set_instrument(tvm_ffi.convert(lambda *_: 0))
+        ranked = sorted(totals, key=totals.get, reverse=True)[:most]
+        return [{"name": name, "calls": calls[name], "seconds": totals[name]} for name in ranked]
+
 
 def _as_numpy(out) -> list[np.ndarray]:
     if hasattr(out, "numpy"):
@@ -189,9 +214,11 @@ def _register_cuda_compiler(dev) -> str:
     return f"{nvcc} {' '.join(flags)} ({version[-1] if version else 'unknown version'})"
 
 
-def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup: int, tolerance: float):
+def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup: int, tolerance: float,
+              kernels: int = 0):  # fmt: skip
     """One recorded call on the device: `warmup` untimed calls, `runs` timed ones, the outputs against the CPU
-    build's; returns (its results row, the outputs)."""
+    build's, and with `kernels`, the calls that take longest (`_Component.kernel_seconds`); returns (its
+    results row, the outputs)."""
     with np.load(folder / case["inputs"]) as npz:
         inputs = [npz[f"input{i}"] for i in range(case["n_inputs"])]
         expected = [npz[f"expected{i}"] for i in range(case["n_outputs"])]
@@ -220,11 +247,14 @@ def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup
         "seconds_max": max(seconds),
         "runs": runs,
     }
+    if kernels:
+        row["kernels"] = component.kernel_seconds(tensors, kernels)
     return row, outputs
 
 
-def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None) -> dict:
-    """Run every case of the bundle at `folder` on `device`; returns (and, with `out_dir`, writes) the results."""
+def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None, kernels: int = 0) -> dict:
+    """Run every case of the bundle at `folder` on `device`; returns (and, with `out_dir`, writes) the results;
+    with `kernels`, each case's row names the calls that take longest."""
     _use_every_cpu()
     import tvm
 
@@ -249,7 +279,7 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
             loaded[key] = _Component(folder, bundle["libraries"][key], dev)
             load_seconds[key] = time.perf_counter() - start  # with CUDA, nvcc's compile of the library's kernels
             log.info("%s loaded on %s in %.1f s", key, device, load_seconds[key])
-        row, outputs = _run_case(folder, case, loaded[key], runs, warmup, tolerance)
+        row, outputs = _run_case(folder, case, loaded[key], runs, warmup, tolerance, kernels)
         rows.append(row)
         log.info("%s: worst rel L2 %.2e, %.2f ms median", row["case"], row["worst_rel_l2"], 1e3 * row["seconds_median"])
         if out_dir is not None:
@@ -284,10 +314,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="folder for results.json and outputs/")
     parser.add_argument("--runs", type=int, default=10, help="timed calls per case (default 10)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    parser.add_argument("--kernels", type=int, default=0, metavar="N",
+                        help="also time each call inside one more call and record the N longest")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="run_bundle: %(message)s")
     try:
-        results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out)
+        results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out, args.kernels)
     except BundleError as exc:
         print(f"run_bundle: error: {exc}", file=sys.stderr)
         return 2

@@ -41,6 +41,9 @@ from kokoro_tvm.runtime.kokoro import TVMKokoro
 
 log = logging.getLogger(__name__)
 
+# How many of each case's longest calls (kernels, VM built-ins) a run records (run_bundle.py --kernels): where a
+# device's time goes, read from its report.
+KERNELS_RECORDED = 12
 # Another device's fp32 kernels sum in other orders (and Metal's fast math rounds differently): 1e-4 relative
 # L2 per stage is the fp32 bar of the CPU build against PyTorch (NOTES/audio_comparison.md) with room for that.
 TOLERANCE_REL_L2 = 1e-4
@@ -202,7 +205,7 @@ def make_bundle(
         "cases": cases,
         "utterances": spoken,
         "build_seconds": build_seconds,
-        "run": f"python3 run_bundle.py . --device {device} --out results",
+        "run": f"python3 run_bundle.py . --device {device} --out results --kernels {KERNELS_RECORDED}",
     }
     if with_runtime:
         bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit", kit_python)

@@ -31,12 +31,12 @@ from kokoro_tvm.paths import REPO_ROOT, outputs_dir
 from kokoro_tvm.reference.stages import durations_from_logits
 from kokoro_tvm.runtime import bundle_runner
 from kokoro_tvm.runtime.devices import require_device
-from kokoro_tvm.tools.gpu_bundle import check_device, make_bundle
+from kokoro_tvm.tools.gpu_bundle import KERNELS_RECORDED, check_device, make_bundle
 
 log = logging.getLogger(__name__)
 
 COMPONENT_FIELDS = ("case", "length", "worst_rel_l2", "within_tolerance", "seconds_median", "seconds_min",
-                    "seconds_max")  # fmt: skip
+                    "seconds_max", "kernels")  # fmt: skip (kernels: only from run_bundle.py --kernels)
 RESULTS_DIR = "gpu_check"  # under outputs/: one JSON per run (notebook 06 shows them)
 # Reports of runs on machines that had the device, committed so every clone shows them (NOTES/metal.md).
 RECORDED_DIR = REPO_ROOT / "NOTES" / "gpu_check"
@@ -108,7 +108,8 @@ def gpu_check(
     folder = Path(folder)
     make_bundle(model, weights_fingerprint, device, folder / "bundle", utterances)
     with bundle_errors():
-        bundle_runner.run_bundle(folder / "bundle", device, runs=runs, out_dir=folder / "results")
+        bundle_runner.run_bundle(folder / "bundle", device, runs=runs, out_dir=folder / "results",
+                                 kernels=KERNELS_RECORDED)
     result = report(folder / "bundle", folder / "results")
     (folder / "report.json").write_text(json.dumps(result, indent=1))
     if not keep_bundle:
@@ -133,7 +134,7 @@ def report(bundle_folder, results_dir) -> dict:
         "load_seconds": results.get("load_seconds"),
         "tolerance_rel_l2": results["tolerance_rel_l2"],
         "all_within_tolerance": results["all_within_tolerance"],
-        "components": [{k: c[k] for k in COMPONENT_FIELDS} for c in results["cases"]],
+        "components": [{k: c[k] for k in COMPONENT_FIELDS if k in c} for c in results["cases"]],
         "utterances": score(bundle_folder, results_dir)["utterances"],
         "target": bundle["target"],
         "symbolic_failures": bundle.get("symbolic_failures", {}),

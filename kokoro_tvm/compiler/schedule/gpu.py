@@ -108,7 +108,9 @@ class CountingRule:
 
     def __init__(self, rule, counts: dict[str, int]):
         self.rule, self.counts = rule, counts
-        self.name = type(getattr(rule, "rule", rule)).__name__  # the dlight rule's name, through a guard
+        while hasattr(rule, "rule"):  # the dlight rule's name, through its guards
+            rule = rule.rule
+        self.name = type(rule).__name__
 
     def apply(self, func, target, tunable):
         schedule = self.rule.apply(func, target, tunable)
@@ -186,12 +188,41 @@ class WithinSharedMemory:
         return None if any(shared_bytes(c.mod) > limit for c in candidates) else schedule
 
 
+def _rows_and_length(func: tirx.PrimFunc) -> tuple[int, int]:
+    """How many values `func`'s longest reduction computes (its spatial extents) and over how many elements
+    each (its reduced extents), symbolic extents at their largest; (0, 0) without a reduction."""
+    found = (0, 0)
+    for block in _blocks(func.body):
+        extents = {"rows": 1, "length": 1}
+        for var in block.iter_vars:
+            size = var.dom.extent
+            most = int(size) if isinstance(size, tirx.IntImm) else size_analyzer(size).const_int_bound(size).max_value
+            extents["length" if var.iter_type == tirx.IterVar.CommReduce else "rows"] *= most
+        if any(var.iter_type == tirx.IterVar.CommReduce for var in block.iter_vars) and extents["length"] > found[1]:
+            found = (extents["rows"], extents["length"])
+    return found
+
+
+class FewLongRows:
+    """A rule (dlight's GEMV) refused where its function reduces rows longer than there are rows. GEMV gives
+    each row one warp: the masked AdaIN's sums over the audio-rate rows (128 channels, 171,872 samples for
+    36 s of speech) ran on 8 blocks of an H100's 132 multiprocessors, 2 x 24 calls took 27.5 ms of the
+    decoder's 211. Refused, dlight's Reduction rule takes them: a block of 1024 threads per row."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def apply(self, func, target, tunable):
+        rows, length = _rows_and_length(func)
+        return None if length > rows else self.rule.apply(func, target, tunable)
+
+
 def rules(counts: dict[str, int] | None = None):
     """dlight's GPU rules, in the order TVM's own GPU pipeline tries them, each within the shared-memory limit;
     with `counts`, each counts the functions it schedules."""
 
-    chosen = [dlight.gpu.Matmul(), dlight.gpu.GEMV(), dlight.gpu.Reduction(), dlight.gpu.GeneralReduction(),
-              dlight.gpu.Fallback()]  # fmt: skip
+    chosen = [dlight.gpu.Matmul(), FewLongRows(dlight.gpu.GEMV()), dlight.gpu.Reduction(),
+              dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()]  # fmt: skip
     guarded = [WithinSharedMemory(rule) for rule in chosen]
     return guarded if counts is None else [CountingRule(rule, counts) for rule in guarded]
 
