@@ -13,8 +13,9 @@ from kokoro_tvm.runtime import bundle_runner
 from kokoro_tvm.tools.gpu_bundle import TOLERANCE_REL_L2, pack_params, transfer_parts
 
 
-def _tiny_library(path):
-    """main(x, w) -> (x * w, x * w + w), float32 [2, 3], exported like a component's library."""
+def _tiny_library(path, scale=1.0):
+    """main(x, w) -> (x * w, x * w + w), float32 [2, 3], exported like a component's library (with `scale`,
+    both outputs times that: another build that is off by as much)."""
     import tvm
     from tvm import relax
 
@@ -24,6 +25,8 @@ def _tiny_library(path):
     with bb.function("main", [x, w]):
         y = bb.emit(relax.op.multiply(x, w))
         z = bb.emit(relax.op.add(y, w))
+        if scale != 1.0:
+            y, z = (bb.emit(relax.op.multiply(v, relax.const(scale, "float32"))) for v in (y, z))
         bb.emit_func_output(relax.Tuple([y, z]))
     tvm.compile(bb.get(), target=tvm.target.Target({"kind": "llvm"})).export_library(str(path))
 
@@ -91,6 +94,27 @@ def test_the_runner_names_the_calls_that_take_longest(tmp_path, tiny_library):
         if most == 50:  # every call: x * w and its + w, fused into one kernel, called once
             assert [k["calls"] for k in kernels if "multiply" in k["name"]] == [1], kernels
     assert "kernels" not in bundle_runner.run_bundle(folder, "cpu", runs=1)["cases"][0]
+
+
+def test_another_build_is_timed_in_turn_with_the_bundles_own(tmp_path, tiny_library, capsys):
+    """`--against DIR` loads DIR's build of a library (the same path, libs/tiny.so) with the bundle's parameters
+    and times it in the same runs; the row keeps the bundle's own outputs and says how far the other build's
+    are from them (here 1e-3: it scales both outputs by 1.001). A folder without any of the libraries is one
+    line."""
+    folder = _bundle(tmp_path / "b", tiny_library)
+    (tmp_path / "other" / "libs").mkdir(parents=True)
+    _tiny_library(tmp_path / "other" / "libs" / "tiny.so", scale=1.001)
+    args = [str(folder), "--device", "cpu", "--out", str(tmp_path / "r"), "--runs", "4"]
+    assert bundle_runner.main([*args, "--against", str(tmp_path / "other")]) == 0
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    (case,) = results["cases"]
+    assert case["within_tolerance"] and case["errors"][0]["max_abs"] == 0.0
+    other = case["against"]
+    assert other["rel_l2_to_this"] == pytest.approx(1e-3, rel=1e-3)  # float32 products: 1e-3 to 3 digits
+    assert other["seconds_min"] <= other["seconds_median"] <= other["seconds_max"]
+    assert bundle_runner.main([*args, "--against", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "holds none of the bundle's libraries" in err and len(err.splitlines()) == 1
 
 
 def test_an_output_past_the_tolerance_fails_the_run(tmp_path, tiny_library):

@@ -1,18 +1,18 @@
 """Run a device check bundle (kokoro_tvm.tools.gpu_check) anywhere TVM's runtime runs: one file, standalone.
 
-Needs only numpy and TVM's runtime (`import tvm` with TVM_USE_RUNTIME_LIB=1 works: the compiler library is not
-loaded; the bundle may carry that runtime as `runtime_kit/`), and for CUDA, nvcc: a CUDA library holds CUDA source,
-compiled for the device as it loads (`_register_cuda_compiler`). It imports nothing from kokoro_tvm, so it is
-copied into each bundle as `run_bundle.py` and runs on a machine that has neither this project nor torch:
+Needs only numpy and TVM's runtime (`import tvm` with TVM_USE_RUNTIME_LIB=1 works; the bundle may carry that
+runtime as `runtime_kit/`), and for CUDA, nvcc: a CUDA library holds CUDA source, compiled for the device as it
+loads (`_register_cuda_compiler`). It imports nothing from kokoro_tvm, so it is copied into each bundle as
+`run_bundle.py` and runs on a machine that has neither this project nor torch:
 
-    python3 run_bundle.py BUNDLE --device cuda --out RESULTS_DIR
+    python3 run_bundle.py BUNDLE --device cuda --out RESULTS_DIR [--kernels N] [--against OTHER_BUNDLE]
 
-For every component it loads the library on the device, uploads the parameters once, and for every recorded
-case (the exact inputs that component received from the CPU build while speaking an utterance) runs it:
-warm-up calls, then timed calls with a device sync around each; the outputs are compared with the CPU build's
-(max abs error and relative L2 error per output) and written to RESULTS_DIR/outputs/<case>.npz, so that audio
-quality and durations can be scored where the project is installed. RESULTS_DIR/results.json holds it all, with
-the device's name; the exit status is 1 when any output is past the bundle's tolerance, 2 on a bad bundle.
+For every component it loads the library on the device and uploads the parameters once; every recorded case
+(the exact inputs that component received from the CPU build while speaking an utterance) gets warm-up calls,
+then timed calls with a device sync around each; its outputs are compared with the CPU build's (max abs and
+relative L2 error per output) and written to RESULTS_DIR/outputs/<case>.npz, to be scored where the project is
+installed. RESULTS_DIR/results.json holds it all, with the device's name; the exit status is 1 when any output
+is past the bundle's tolerance, 2 on a bad bundle.
 """
 
 from __future__ import annotations
@@ -52,12 +52,8 @@ def read_bundle(folder) -> dict:
         raise BundleError(f"{path} is not valid JSON: {exc}") from exc
     if bundle.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{path}: format {bundle.get('format')!r}, this runner reads format {BUNDLE_FORMAT}")
-    missing = [
-        rel
-        for entry in bundle["libraries"].values()
-        for rel in (entry["library"], entry["params"])
-        if not (folder / rel).is_file()
-    ] + [case["inputs"] for case in bundle["cases"] if not (folder / case["inputs"]).is_file()]
+    files = [rel for entry in bundle["libraries"].values() for rel in (entry["library"], entry["params"])]
+    missing = [rel for rel in files + [case["inputs"] for case in bundle["cases"]] if not (folder / rel).is_file()]
     missing += [case["library"] for case in bundle["cases"] if case["library"] not in bundle["libraries"]]
     if missing:
         raise BundleError(f"{folder}: missing {', '.join(missing)}")
@@ -84,12 +80,13 @@ def _rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
 
 
 class _Component:
-    def __init__(self, folder: Path, entry: dict, device):
+    def __init__(self, folder: Path, entry: dict, device, library: Path | None = None):
+        """`entry`'s library (or `library`, another build of the same component) with its parameters."""
         import tvm
         from tvm.runtime.vm import VirtualMachine
 
         self.tvm, self.device = tvm, device
-        self.vm = VirtualMachine(tvm.runtime.load_module(str(folder / entry["library"])), device)
+        self.vm = VirtualMachine(tvm.runtime.load_module(str(library or folder / entry["library"])), device)
         params = load_params(folder / entry["params"], entry["param_names"])
         self.params = [tvm.runtime.tensor(np.ascontiguousarray(p), device=device) for p in params]
         if entry.get("transform_params"):
@@ -112,15 +109,15 @@ class _Component:
         add up to more than the timed calls take; they say where the time goes, not how long a call takes."""
         import tvm_ffi
 
-        totals, calls, started = {}, {}, {}
+        spent, started = {}, {}  # name -> (calls, seconds); name -> when its call started
 
         def instrument(_func, symbol, before_run, _ret, *_args):
             self.device.sync()
             if before_run:
                 started[symbol] = time.perf_counter()
             else:
-                totals[symbol] = totals.get(symbol, 0.0) + time.perf_counter() - started[symbol]
-                calls[symbol] = calls.get(symbol, 0) + 1
+                calls, seconds = spent.get(symbol, (0, 0.0))
+                spent[symbol] = (calls + 1, seconds + time.perf_counter() - started[symbol])
             return 0  # VMInstrumentReturnKind.NO_OP: run the call
 
         self.vm.set_instrument(tvm_ffi.convert(instrument))
@@ -128,22 +125,19 @@ class _Component:
             self.call(tensors)
         finally:
             self.vm.set_instrument(tvm_ffi.convert(lambda *_: 0))
-        ranked = sorted(totals, key=totals.get, reverse=True)[:most]
-        return [{"name": name, "calls": calls[name], "seconds": totals[name]} for name in ranked]
+        ranked = sorted(spent.items(), key=lambda item: item[1][1], reverse=True)[:most]
+        return [{"name": name, "calls": calls, "seconds": seconds} for name, (calls, seconds) in ranked]
 
 
 def _as_numpy(out) -> list[np.ndarray]:
-    if hasattr(out, "numpy"):
-        return [out.numpy()]
-    return [out[i].numpy() for i in range(len(out))]
+    return [out.numpy()] if hasattr(out, "numpy") else [out[i].numpy() for i in range(len(out))]
 
 
 def _device_name(device) -> str:
     try:
-        name = device.device_name
+        return str(device.device_name or cpu_model())
     except Exception:  # not every device type reports a name (the CPU does not)
-        name = None
-    return str(name) if name else cpu_model()
+        return cpu_model()
 
 
 def cpu_model() -> str:
@@ -190,13 +184,11 @@ def _register_cuda_compiler(dev) -> str:
     full accuracy). Returns the command line (without file names) for results.json."""
     import tvm_ffi
 
-    nvcc = shutil.which("nvcc") or next(
-        (str(p) for p in (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc",) if p.is_file()), None
-    )
+    home_nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
+    nvcc = shutil.which("nvcc") or (str(home_nvcc) if home_nvcc.is_file() else None)
     if nvcc is None:
         raise BundleError("no nvcc to compile the CUDA kernels: put CUDA's bin folder on PATH or set CUDA_HOME")
-    arch = "sm_" + str(dev.compute_version).replace(".", "")
-    flags = ["--fatbin", "-O3", f"-arch={arch}"]
+    flags = ["--fatbin", "-O3", "-arch=sm_" + str(dev.compute_version).replace(".", "")]
 
     def compile_source(source: str) -> bytes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -204,7 +196,7 @@ def _register_cuda_compiler(dev) -> str:
             done = subprocess.run([nvcc, *flags, "-o", "kernels.fatbin", "kernels.cu"], cwd=tmp,
                                   capture_output=True, text=True)  # fmt: skip
             if done.returncode != 0:  # its errors, not the unused-variable warnings TVM's source draws
-                lines = done.stderr.strip().splitlines()
+                lines = done.stderr.splitlines()
                 errors = [line.strip() for line in lines if "error" in line] or lines[-3:]
                 raise BundleError(f"nvcc failed ({done.returncode}): {'; '.join(errors[:3])}")
             return (Path(tmp) / "kernels.fatbin").read_bytes()
@@ -214,23 +206,31 @@ def _register_cuda_compiler(dev) -> str:
     return f"{nvcc} {' '.join(flags)} ({version[-1] if version else 'unknown version'})"
 
 
+def _spread(seconds: list[float]) -> dict:
+    return {"seconds_median": statistics.median(seconds), "seconds_min": min(seconds), "seconds_max": max(seconds)}
+
+
 def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup: int, tolerance: float,
-              kernels: int = 0):  # fmt: skip
+              kernels: int = 0, against: _Component | None = None):  # fmt: skip
     """One recorded call on the device: `warmup` untimed calls, `runs` timed ones, the outputs against the CPU
-    build's, and with `kernels`, the calls that take longest (`_Component.kernel_seconds`); returns (its
-    results row, the outputs)."""
+    build's; with `kernels`, the calls that take longest (`_Component.kernel_seconds`); with `against`, another
+    build of the component timed in turn with this one in the same runs. Returns (its results row, the
+    outputs)."""
     with np.load(folder / case["inputs"]) as npz:
         inputs = [npz[f"input{i}"] for i in range(case["n_inputs"])]
         expected = [npz[f"expected{i}"] for i in range(case["n_outputs"])]
     tensors = component.upload(inputs, case.get("tiles"))
+    builds = [component] + ([against] if against else [])
+    seconds, outs = {build: [] for build in builds}, {}
     for _ in range(warmup):
-        component.call(tensors)
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        out = component.call(tensors)
-        seconds.append(time.perf_counter() - start)
-    outputs = _as_numpy(out)
+        for build in builds:
+            build.call(tensors)
+    for run in range(runs):  # with `against`, the two builds take turns, each first in every other run
+        for build in builds if run % 2 == 0 else builds[::-1]:
+            start = time.perf_counter()
+            outs[build] = build.call(tensors)
+            seconds[build].append(time.perf_counter() - start)
+    outputs = _as_numpy(outs[component])
     errors = [{"shape": list(e.shape), "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))),
                "rel_l2": _rel_l2(a, e)} for a, e in zip(outputs, expected, strict=True)]  # fmt: skip
     row = {
@@ -242,19 +242,32 @@ def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup
         "errors": errors,
         "worst_rel_l2": max(e["rel_l2"] for e in errors),
         "within_tolerance": all(e["rel_l2"] <= tolerance for e in errors),
-        "seconds_median": statistics.median(seconds),
-        "seconds_min": min(seconds),
-        "seconds_max": max(seconds),
+        **_spread(seconds[component]),
         "runs": runs,
     }
+    if against is not None:  # the other build's times, and how far its outputs are from this one's
+        row["against"] = {**_spread(seconds[against]), "rel_l2_to_this": max(
+            _rel_l2(a, b) for a, b in zip(_as_numpy(outs[against]), outputs, strict=True))}  # fmt: skip
     if kernels:
         row["kernels"] = component.kernel_seconds(tensors, kernels)
     return row, outputs
 
 
-def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None, kernels: int = 0) -> dict:
+def _other_builds(bundle: dict, against) -> dict[str, Path]:
+    """Library name -> the other build of it under `against` (at the bundle's path for it), for those it holds."""
+    found = {key: Path(against) / entry["library"] for key, entry in bundle["libraries"].items()
+             if (Path(against) / entry["library"]).is_file()}  # fmt: skip
+    if not found:
+        raise BundleError(f"{against} holds none of the bundle's libraries (libs/NAME.so)")
+    return found
+
+
+def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None, kernels: int = 0,
+               against=None) -> dict:  # fmt: skip
     """Run every case of the bundle at `folder` on `device`; returns (and, with `out_dir`, writes) the results;
-    with `kernels`, each case's row names the calls that take longest."""
+    with `kernels`, each case's row names the calls that take longest; with `against`, a folder holding other
+    builds of some of its libraries at the same paths (`libs/decoder.so`: another bundle, or the decoder of
+    one), each is timed in turn with the bundle's own in the same runs."""
     _use_every_cpu()
     import tvm
 
@@ -271,6 +284,7 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
     if out_dir is not None:
         (out_dir / "outputs").mkdir(parents=True, exist_ok=True)
     tolerance = bundle["tolerance_rel_l2"]
+    others = _other_builds(bundle, against) if against is not None else {}
     loaded, load_seconds, rows = {}, {}, []
     for case in bundle["cases"]:
         key = case["library"]
@@ -279,7 +293,10 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
             loaded[key] = _Component(folder, bundle["libraries"][key], dev)
             load_seconds[key] = time.perf_counter() - start  # with CUDA, nvcc's compile of the library's kernels
             log.info("%s loaded on %s in %.1f s", key, device, load_seconds[key])
-        row, outputs = _run_case(folder, case, loaded[key], runs, warmup, tolerance, kernels)
+            if key in others:
+                loaded[key, "against"] = _Component(folder, bundle["libraries"][key], dev, library=others[key])
+        row, outputs = _run_case(folder, case, loaded[key], runs, warmup, tolerance, kernels,
+                                 loaded.get((key, "against")))  # fmt: skip
         rows.append(row)
         log.info("%s: worst rel L2 %.2e, %.2f ms median", row["case"], row["worst_rel_l2"], 1e3 * row["seconds_median"])
         if out_dir is not None:
@@ -316,14 +333,13 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
     parser.add_argument("--kernels", type=int, default=0, metavar="N",
                         help="also time each call inside one more call and record the N longest")  # fmt: skip
+    parser.add_argument("--against", metavar="DIR", help="a folder with other builds of the bundle's libraries "
+                        "at the same paths (libs/NAME.so), each timed in turn with the bundle's own")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="run_bundle: %(message)s")
     try:
-        results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out, args.kernels)
-    except BundleError as exc:
-        print(f"run_bundle: error: {exc}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:  # raised inside TVM (a library that cannot load, nvcc's refusal through the callback)
+        results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out, args.kernels, args.against)
+    except RuntimeError as exc:  # a BundleError, or raised inside TVM (a library that cannot load, nvcc's refusal)
         print(f"run_bundle: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
         return 2
     print(json.dumps({k: results[k] for k in ("device", "device_name", "all_within_tolerance")}))

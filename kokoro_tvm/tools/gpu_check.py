@@ -36,7 +36,7 @@ from kokoro_tvm.tools.gpu_bundle import KERNELS_RECORDED, check_device, make_bun
 log = logging.getLogger(__name__)
 
 COMPONENT_FIELDS = ("case", "length", "worst_rel_l2", "within_tolerance", "seconds_median", "seconds_min",
-                    "seconds_max", "kernels")  # fmt: skip (kernels: only from run_bundle.py --kernels)
+                    "seconds_max", "kernels", "against")  # fmt: skip (the last two: run_bundle.py --kernels, --against)
 RESULTS_DIR = "gpu_check"  # under outputs/: one JSON per run (notebook 06 shows them)
 # Reports of runs on machines that had the device, committed so every clone shows them (NOTES/metal.md).
 RECORDED_DIR = REPO_ROOT / "NOTES" / "gpu_check"
