@@ -130,3 +130,23 @@ def test_every_error_class_of_the_project_is_one_the_cli_reports():
                     if issubclass(obj, Exception) and obj.__module__ == module.name]  # fmt: skip
     assert len(defined) >= 15  # the walk found the project's error classes
     assert [cls.__qualname__ for cls in defined if not issubclass(cls, KokoroTVMError)] == []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--conv-rates", "decoder:64", "--precision", "fp32"], "an fp32 build's time by kernel group is --kernel-split"),
+        (["--conv-rates", "decoder:64", "--precision", "int8,bf16"], "times one build's packed bf16 or int8"),
+        (["--kernel-split", "decoder:64", "--precision", "fp33"], "precision must be one of"),
+    ],
+)
+def test_kernel_study_refuses_what_it_cannot_time_in_one_line(argv, message, capsys):
+    """The kernel study (`python -m kokoro_tvm.studies.benchmark`) checks its precisions before loading weights
+    or building: an fp32 build has no packed convs to rate (it compiled the AVX-512 peak loops and LLVM aborted
+    the process on an AVX2 CPU), and an unknown name is one line, not a traceback from the build."""
+    from kokoro_tvm.studies import benchmark
+
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "Traceback" not in err

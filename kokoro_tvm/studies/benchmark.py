@@ -13,8 +13,10 @@ import warnings
 
 import numpy as np
 
+from kokoro_tvm.compiled import check_precision
 from kokoro_tvm.compiler.symbolic import tile_count
 from kokoro_tvm.components import get_precision
+from kokoro_tvm.errors import KokoroTVMError
 from kokoro_tvm.runtime.profile import kernel_seconds, kernel_split
 from kokoro_tvm.runtime.vm import ComponentRunner
 from kokoro_tvm.tools.bench import median_interleaved, set_threads
@@ -246,6 +248,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dilation", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    precisions = ["int8"] if args.conv_rates and args.precision == "fp32,bf16" else args.precision.split(",")
+    if args.conv_rates and (len(precisions) > 1 or get_precision(precisions[0]).arithmetic == "full"):
+        parser.error("--conv-rates times one build's packed bf16 or int8 convolutions (--precision bf16 or int8); "
+                     "an fp32 build's time by kernel group is --kernel-split COMPONENT:LENGTH --precision fp32")
+    if args.conv_rates or args.kernel_split:
+        try:  # a name that does not exist, or bf16/int8 on a CPU without AVX512_BF16/VNNI: one line, no build
+            for name in precisions:
+                check_precision(name)
+        except KokoroTVMError as exc:
+            parser.error(str(exc))
     if args.conv_rates:
         import torch
 
@@ -253,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
 
         component, length = args.conv_rates.split(":")
         model, weights = load_kmodel(None, dtype=torch.float32)
-        precision = args.precision if args.precision != "fp32,bf16" else "int8"
+        precision = precisions[0]
         print(json.dumps(conv_rates(model, weights.fingerprint, component, int(length), precision, args.runs,
                                     args.threads)))
         return
@@ -264,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
 
         component, length = args.kernel_split.split(":")
         model, weights = load_kmodel(None, dtype=torch.float32)
-        record = kernel_time_split(model, weights.fingerprint, component, int(length), args.precision.split(","),
+        record = kernel_time_split(model, weights.fingerprint, component, int(length), precisions,
                                    args.runs, args.threads)
         print(json.dumps(record))
         return
