@@ -605,3 +605,43 @@ def test_a_conv_tile_prefetches_the_rows_its_epilogue_reads_and_writes():
     assert all(flags.values())
     # float32, a different summation order between the plain and the tiled loops: a few ulps
     np.testing.assert_allclose(ours, plain, rtol=1e-5, atol=1e-5)
+
+
+def _conv_scheduled(x, w, rows, target):
+    """The AVX2-scheduled script of one conv of x by w, keeping its first `rows` channels."""
+    from kokoro_tvm.studies.benchmark import _fp32_conv_module
+
+    target = tvm.target.Target(target)
+    with target:
+        legal = tvm.transform.Sequential(relax.backend.cpu_generic.pipeline.legalize_passes(target))(
+            _fp32_conv_module(x.shape, w.shape, 3, 1, rows)
+        )
+        return dlight.ApplyDefaultSchedule(*rules())(legal).script()
+
+
+def test_avx2_convs_take_6_rows_on_channels_padded_to_whole_tiles():
+    """16 registers: 6 rows x 2 vectors (12 FMA chains, enough to cover the FMA latency on two pipes; 4 x 2's 8
+    are not) where 6 divides the output channels. AlignConvRows pads a conv's weights with zero rows to the
+    next multiple of 6 (128 -> 132) and slices its output back, only on such targets and only for 24 channels
+    or more; the kept channels are bit for bit the unpadded conv's (same products, same order)."""
+    from kokoro_tvm.compiler.passes import AlignConvRows
+    from kokoro_tvm.compiler.pipeline import aligned_conv_rows
+
+    assert aligned_conv_rows(AVX2) == 6
+    assert aligned_conv_rows({"kind": "llvm", "mcpu": "znver4"}) is None  # AVX-512: 16 x 1 and 8 x 2 as before
+    assert aligned_conv_rows({"kind": "cuda", "arch": "sm_80"}) is None
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 40, 64)).astype(np.float32)
+    w = (rng.standard_normal((128, 40, 7)) * 0.1).astype(np.float32)
+    padded = np.pad(w, ((0, 4), (0, 0), (0, 0)))
+    tile = r"T\.unroll\(T\.int64\((\d+)\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):\s+with T\.sblock\(\"conv1d"
+    assert re.search(tile, _conv_scheduled(x, padded, 128, AVX2)).groups() == ("6", "16")
+    assert re.search(tile, _conv_scheduled(x, w, None, AVX2)).groups() == ("4", "16")
+    mod = _module(lambda a, b: relax.op.nn.conv1d(a, b, padding=3), [x, w])
+    aligned = AlignConvRows(6)(mod)
+    assert "T.int64(132), T.int64(40), T.int64(7)" in aligned.script() or "(132, 40, 7)" in aligned.script()
+    small = _module(lambda a, b: relax.op.nn.conv1d(a, b, padding=3), [x, w[:22]])
+    tvm.ir.assert_structural_equal(AlignConvRows(6)(small), small)
+    ours = compile_and_load(aligned, AVX2)(x, w)[0]
+    plain = compile_and_load(mod, AVX2)(x, w)[0]
+    assert ours.shape == (1, 128, 64) and np.array_equal(ours, plain)

@@ -113,32 +113,32 @@ def decomposed_program(model, spec: BuildSpec) -> torch.export.ExportedProgram:
         return export_component(model, spec.shape).run_decompositions()
 
 
-def relax_module(model, spec: BuildSpec, decomposed: torch.export.ExportedProgram | None = None):
-    """Export `model`'s component at `spec` (or take `decomposed`, its `decomposed_program`) and import it into
-    Relax, weight-only work lifted out of main. Returns (module, exported program, {"export": s, "import": s})."""
+def relax_module(model, spec: BuildSpec, decomposed: torch.export.ExportedProgram | None = None, target=None):
+    """Export `model`'s component at `spec` (or take `decomposed`, its `decomposed_program`) and import it, weight
+    work lifted for `target` (pipeline.lift_weight_transforms): (module, exported, {"export": s, "import": s})."""
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
     if spec.symbolic:
         shape = SymbolicShape(spec.component, spec.length // LENGTH_TILE)
-        return symbolic_relax_module(model, shape, spec.precision)
+        return symbolic_relax_module(model, shape, spec.precision, target)
     t0 = time.perf_counter()
     exported = export_component(model, spec.shape) if decomposed is None else decomposed
     t1 = time.perf_counter()
     with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
         mod = to_relax(exported, keep_params_as_input=True, decomposed=decomposed is not None)
-        mod = lift_weight_transforms(mod, spec.component, spec.precision)
+        mod = lift_weight_transforms(mod, spec.component, spec.precision, target)
     return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 
-def symbolic_relax_module(model, shape: SymbolicShape, precision: str = "full"):
-    """Export and import one component with a symbolic length (kokoro_tvm.compiler.symbolic): (module, exported
-    program, {"export": s, "import": s})."""
+def symbolic_relax_module(model, shape: SymbolicShape, precision: str = "full", target=None):
+    """Export and import one component with a symbolic length (kokoro_tvm.compiler.symbolic), lifted for
+    `target` as relax_module does: (module, exported program, {"export": s, "import": s})."""
     t0 = time.perf_counter()
     exported = export_symbolic(model, shape)
     t1 = time.perf_counter()
     with default_dtype(next(model.parameters()).dtype):
         mod = to_relax(exported, keep_params_as_input=True)
-        mod = lift_weight_transforms(add_tile_count(mod), shape.component, precision)
+        mod = lift_weight_transforms(add_tile_count(mod), shape.component, precision, target)
     return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 
@@ -232,7 +232,7 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     require_arithmetic(spec.precision, target)
     log.info("building %s (%s, length %s%d, batch %d) for %s", spec.component, spec.dtype,
              "symbolic up to " if spec.symbolic else "", spec.length, spec.batch, target.get("mcpu", target["kind"]))
-    mod, exported, seconds = relax_module(model, spec, decomposed)
+    mod, exported, seconds = relax_module(model, spec, decomposed, target)
     t2 = time.perf_counter()
     executable = compile_relax(mod, target)
     library.parent.mkdir(parents=True, exist_ok=True)

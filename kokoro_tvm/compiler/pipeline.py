@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
-from kokoro_tvm.compiler.targets import GPU_KINDS
+from kokoro_tvm.compiler.targets import GPU_KINDS, cpu_geometry
 from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, check_arithmetic
 
 log = logging.getLogger(__name__)
@@ -167,16 +167,31 @@ def precision_passes(component: str, precision: str) -> list:
     return [PolyphaseConvTranspose(), *int8, Bf16Convolutions(selected_by_name(prefixes)), Bf16SnakeSine(prefixes)]
 
 
-def lift_weight_transforms(mod, component: str | None = None, precision: str = "full"):
+def aligned_conv_rows(target) -> int | None:
+    """How many output channels a conv's register tile takes on `target` where the channels are padded to it
+    (passes.AlignConvRows): 6 on a CPU with 16 vector registers (AVX2), else None (no padding)."""
+    from kokoro_tvm.compiler.schedule.cpu.contraction import ALIGNED_SMALL_TILE
+
+    if target is None or _target(target).kind.name != "llvm" or cpu_geometry(_target(target)).vector_registers >= 32:
+        return None
+    return ALIGNED_SMALL_TILE[0]
+
+
+def lift_weight_transforms(mod, component: str | None = None, precision: str = "full", target=None):
     """Move every computation that depends on weights alone (ALBERT's per-call `permute_dims` of each linear
     weight, 12 times over for its one shared layer; bf16 weight packing) out of `main` into TRANSFORM_PARAMS,
     which the runtime calls once at load. Exact: the lifted ops are the same ops, run earlier. `precision`'s
-    rewrites (precision_passes) are applied first."""
+    rewrites (precision_passes) are applied first, then, for `target`, the convs' channels padded to whole
+    register tiles (aligned_conv_rows), whose padded weights are lifted too."""
     import tvm
     from tvm import relax
 
+    from kokoro_tvm.compiler.passes import AlignConvRows
+
     if component is not None:
         mod = tvm.transform.Sequential(precision_passes(component, precision))(mod)
+    if rows := aligned_conv_rows(target):
+        mod = AlignConvRows(rows)(mod)
     return relax.transform.LiftTransformParams()(mod)
 
 

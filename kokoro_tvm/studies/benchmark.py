@@ -13,8 +13,9 @@ import warnings
 
 import numpy as np
 
-from kokoro_tvm.compiled import check_precision
+from kokoro_tvm.compiler.pipeline import aligned_conv_rows
 from kokoro_tvm.compiler.symbolic import tile_count
+from kokoro_tvm.compiler.targets import host_target
 from kokoro_tvm.components import get_precision
 from kokoro_tvm.errors import KokoroTVMError
 from kokoro_tvm.runtime.profile import kernel_seconds, kernel_split
@@ -59,15 +60,19 @@ def _int8_conv_module(channels: int, taps: int, dilation: int, steps: int):
     return bb.get()
 
 
-def _fp32_conv_module(x_shape, w_shape, padding: int, dilation: int):
-    """A Relax module of one float32 conv1d."""
+def _fp32_conv_module(x_shape, w_shape, padding: int, dilation: int, rows: int | None = None):
+    """A Relax module of one float32 conv1d; with `rows` fewer than the weight's, its first `rows` channels (a
+    weight padded to whole row tiles, as passes.AlignConvRows leaves the model's convs on AVX2)."""
     from tvm import relax
 
     bb = relax.BlockBuilder()
     xv, wv = relax.Var("x", relax.TensorType(x_shape, "float32")), relax.Var("w", relax.TensorType(w_shape, "float32"))
     with bb.function("main", [xv, wv]):
         with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.conv1d(xv, wv, padding=padding, dilation=dilation))
+            out = bb.emit(relax.op.nn.conv1d(xv, wv, padding=padding, dilation=dilation))
+            if rows is not None and rows < w_shape[0]:
+                out = bb.emit(relax.op.strided_slice(out, axes=[1], begin=[0], end=[rows], assume_inbound=True))
+            out = bb.emit_output(out)
         bb.emit_func_output(out)
     return bb.get()
 
@@ -86,13 +91,16 @@ def conv_peak(
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_supports_bf16
     from kokoro_tvm.compiler.int8 import host_supports_int8
+    from kokoro_tvm.compiler.passes.conv_layout import MIN_ALIGNED_ROWS
 
     set_threads(threads)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, channels, steps)).astype(np.float32)
     w = (rng.standard_normal((channels, channels, taps)) * 0.05).astype(np.float32)
     padding = dilation * (taps - 1) // 2
-    conv, bf16 = _fp32_conv_module(x.shape, w.shape, padding, dilation), host_supports_bf16()
+    aligned = -channels % (aligned_conv_rows(host_target()) or 1)  # zero rows, as the model's builds have here
+    w_ours = np.pad(w, ((0, aligned if channels >= MIN_ALIGNED_ROWS else 0), (0, 0), (0, 0)))
+    conv, bf16 = _fp32_conv_module(x.shape, w_ours.shape, padding, dilation, channels), host_supports_bf16()
     modules = {"tvm": conv, **({"tvm_bf16": Bf16Convolutions()(conv)} if bf16 else {})}
     px, pw = torch.from_numpy(x), torch.from_numpy(w)
     backends = {"torch": lambda: torch.nn.functional.conv1d(px, pw, padding=padding, dilation=dilation)}
@@ -112,7 +120,7 @@ def conv_peak(
         backends["tvm_int8"] = lambda r=runner, t=tensors: r.run_on_device(*t)
     for name, mod in modules.items():
         runner = compile_and_load(mod)
-        tensors = runner.device_inputs(x, w)
+        tensors = runner.device_inputs(x, w_ours)
         backends[name] = lambda r=runner, t=tensors: r.run_on_device(*t)
     with torch.no_grad():
         times = median_interleaved(backends, runs, 1)
@@ -253,6 +261,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--conv-rates times one build's packed bf16 or int8 convolutions (--precision bf16 or int8); "
                      "an fp32 build's time by kernel group is --kernel-split COMPONENT:LENGTH --precision fp32")
     if args.conv_rates or args.kernel_split:
+        from kokoro_tvm.compiled import check_precision
+
         try:  # a name that does not exist, or bf16/int8 on a CPU without AVX512_BF16/VNNI: one line, no build
             for name in precisions:
                 check_precision(name)

@@ -3,7 +3,8 @@ arithmetic: only the order of additions can change), and each is a plain Relax m
 kokoro_tvm.compiler.pipeline runs in its rewrite phase.
 
 - conv_layout.py: `PolyphaseConvTranspose` (conv-transpose without the zero multiply-adds), `AlignConvLengths`
-  (conv outputs in whole column tiles);
+  (conv outputs in whole column tiles), `AlignConvRows` (in whole row tiles; run by the pipeline's
+  `lift_weight_transforms`, before lifting, on CPUs with 16 vector registers);
 - sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes);
 - powers.py: `IntegerPowers` (x^2, x^3 as products);
 - cumsum.py: `CumsumInFloat64` (a float32 running sum accumulated in float64, as PyTorch's CPU cumsum);
@@ -16,7 +17,7 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
 """
 
 from kokoro_tvm.compiler.passes.constants import FoldConstantCalls
-from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, PolyphaseConvTranspose
+from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, AlignConvRows, PolyphaseConvTranspose
 from kokoro_tvm.compiler.passes.cumsum import CumsumInFloat64
 from kokoro_tvm.compiler.passes.float64 import DemoteFloat64
 from kokoro_tvm.compiler.passes.libm_exp import LibmExactExp
@@ -26,6 +27,7 @@ from kokoro_tvm.compiler.passes.sine import VectorizableSine
 
 __all__ = [
     "AlignConvLengths",
+    "AlignConvRows",
     "CumsumInFloat64",
     "DemoteFloat64",
     "FoldConstantCalls",

@@ -8,6 +8,12 @@
   axis in whole vectors; a length that is not a multiple of the tile would scalarize the kernel. The conv's right
   padding is extended so its output length is a multiple of ALIGN, and the extra outputs are sliced off (they
   read only zeros past the end, so the kept outputs are unchanged).
+- `AlignConvRows`: on a CPU with 16 vector registers (AVX2) the conv kernel's best register tile is 6 output
+  channels x 2 vectors, 12 accumulators (kokoro_tvm.compiler.schedule.cpu.contraction); the model's channel
+  counts (128, 256, 1024) are not multiples of 6. Zero weight rows are added to reach one (128 -> 132) and the
+  extra output channels sliced off: the kept channels are computed exactly as before. It runs before the
+  weight-only work is lifted (kokoro_tvm.compiler.pipeline.lift_weight_transforms), so the padded weights are
+  made once, at load.
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ from kokoro_tvm.compiler.passes.base import (
     static_shape,
 )
 
+MIN_ALIGNED_ROWS = 24  # fewer output channels (the 22-channel harmonic conv) stay as they are: 2 of 24 padded
+
 
 @mutator
 class _ConvRewriter(PyExprMutator):
-    def __init__(self, mod, polyphase: bool, align: int | None):
+    def __init__(self, mod, polyphase: bool, align: int | None, rows: int | None = None):
         super().__init__(mod)
-        self.polyphase, self.align = polyphase, align
+        self.polyphase, self.align, self.rows = polyphase, align, rows
         self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
         self.conv1d_transpose = tvm.ir.Op.get("relax.nn.conv1d_transpose")
 
@@ -42,7 +50,22 @@ class _ConvRewriter(PyExprMutator):
             rewritten = self._polyphase(call)
         elif self.align and call.op.same_as(self.conv1d):
             rewritten = self._aligned(call)
+        elif self.rows and call.op.same_as(self.conv1d):
+            rewritten = self._aligned_rows(call)
         return call if rewritten is None else rewritten
+
+    def _aligned_rows(self, call):
+        attrs, w_shape = call.attrs, static_shape(call.args[1])
+        if w_shape is None or attrs.kernel_layout != "OIW" or attrs.data_layout != "NCW" or int(attrs.groups) != 1:
+            return None
+        extra = -w_shape[0] % self.rows
+        if not extra or w_shape[0] < MIN_ALIGNED_ROWS:
+            return None
+        w = self.builder_.emit(relax.op.nn.pad(call.args[1], pad_width=[0, extra, 0, 0, 0, 0]))
+        wide = self.builder_.emit(relax.op.nn.conv1d(
+            call.args[0], w, strides=ints(attrs.strides), padding=ints(attrs.padding),
+            dilation=ints(attrs.dilation), out_dtype=attrs.out_dtype))  # fmt: skip
+        return relax.op.strided_slice(wide, axes=[1], begin=[0], end=[w_shape[0]], assume_inbound=True)
 
     def _aligned(self, call):
         attrs = call.attrs
@@ -115,6 +138,12 @@ def interleave_phases(phases: te.Tensor, stride: int) -> te.Tensor:
 
 def PolyphaseConvTranspose():  # noqa: N802 (TVM pass naming)
     return rewriting_pass("PolyphaseConvTranspose", lambda mod: _ConvRewriter(mod, polyphase=True, align=None))
+
+
+def AlignConvRows(rows: int):  # noqa: N802 (TVM pass naming)
+    """Every conv1d with a static weight of at least MIN_ALIGNED_ROWS output channels computes a multiple of
+    `rows` channels and keeps its own."""
+    return rewriting_pass("AlignConvRows", lambda mod: _ConvRewriter(mod, polyphase=False, align=None, rows=rows))
 
 
 def AlignConvLengths(align: int = ALIGN):  # noqa: N802 (TVM pass naming)

@@ -1,10 +1,10 @@
 """`Contraction`: one multiply-accumulate reduction (conv1d, conv-transpose, matmul) plus injective producers and
 an epilogue, as a register-blocked direct kernel. The output is tiled ROWS x COLS (rows = output channels or
 matmul rows, cols = the contiguous output axis; 16 x 1 AVX-512 vector, or 8 x 2 where 16 weight rows would share
-one L1 set), accumulated in a local tile the compiler keeps in registers over the whole reduction, the epilogue
-(bias, masking, Snake, leaky ReLU...) applied to the tile while it is hot, and the tiles spread over the cores.
-Packed bf16 / int8 convs (kokoro_tvm.compiler.bf16, compiler.int8) have their (columns x channel group) step
-tensorized as one vdpbf16ps or vpdpbusd.
+one L1 set; AVX2: 6 x 2 or 4 x 2), accumulated in a local tile the compiler keeps in registers over the whole
+reduction, the epilogue (bias, masking, Snake, leaky ReLU...) applied to the tile while it is hot, and the tiles
+spread over the cores. Packed bf16 / int8 convs (kokoro_tvm.compiler.bf16, compiler.int8) have their (columns x
+channel group) step tensorized as one vdpbf16ps or vpdpbusd.
 
 The conv tile assumes the contiguous output axis is a multiple of COLS; kokoro_tvm.compiler.passes.conv_layout's
 `AlignConvLengths` arranges that. `Contraction.schedule` reads as its steps: match, tile choice, epilogue
@@ -41,18 +41,21 @@ from kokoro_tvm.components import LENGTH_TILE
 # half speed; those get 8 x 2. Vector width and cache geometry come from the target
 # (kokoro_tvm.compiler.targets.cpu_geometry).
 WIDE_TILE, NARROW_TILE = (16, 1), (8, 2)
-# 16 registers: 4 rows x 2 vectors, whose step is 2 column loads and 4 row broadcasts for 8 FMAs. 8 x 1 asks 9 loads
-# for 8 FMAs, more than two load ports issue in the 4 cycles two FMA pipes take: on a Zen 2 (AVX2) 4 x 2 ran the
-# generator's convs 1.15-1.21x faster than 8 x 1 (NOTES/performance.md, "Zen 2"); 16 accumulators do not fit.
-SMALL_TILE = (4, 2)
+# 16 registers: 6 rows x 2 vectors, 12 accumulators (+ 2 column vectors + 1 broadcast row): an FMA takes 5 cycles
+# and two issue per cycle, so 10 independent sums keep both pipes busy; 8 (4 x 2) reach 4/5 of that (Zen 2: 83
+# against 107 GFLOP/s a core). Rows not a multiple of 6 keep 4 x 2, whose step (2 column loads, 4 broadcasts per
+# 8 FMAs) two load ports issue in time, unlike 8 x 1's 9 loads; `passes.AlignConvRows` pads the convs' channels
+# to a multiple of 6 on these targets (NOTES/performance.md, "Zen 2"). 16 accumulators do not fit.
+SMALL_TILE, ALIGNED_SMALL_TILE = (4, 2), (6, 2)
 PREFETCH_MARK = "kokoro_prefetch_epilogue"  # on a tile's reduction loop: the epilogue block whose lines to prefetch
 ROW_CHOICES = (16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)  # the largest divisor of the row extent
 
 
-def _tiles(geometry: CPUGeometry) -> tuple[tuple[int, int], tuple[int, int]]:
+def _tiles(geometry: CPUGeometry, row_extent) -> tuple[tuple[int, int], tuple[int, int]]:
     if geometry.vector_registers >= 32:
         return WIDE_TILE, NARROW_TILE
-    return SMALL_TILE, SMALL_TILE  # 4 rows: no L1 set collisions to avoid
+    small = ALIGNED_SMALL_TILE if divides(ALIGNED_SMALL_TILE[0], row_extent) else SMALL_TILE
+    return small, small  # 4 or 6 rows: no L1 set collisions to avoid
 
 
 # Only the choice between two equally valid tile orders looks at a size (the rest is proved for every length);
@@ -73,15 +76,12 @@ def _representative(extent) -> int:
 def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
     """out = out + a * b with a and b read from two different buffers."""
     stmt = sch.get(block)
-    body = stmt.body
-    if not isinstance(body, tirx.BufferStore) or not isinstance(body.value, tirx.Add):
+    if not isinstance(body := stmt.body, tirx.BufferStore) or not isinstance(body.value, tirx.Add):
         return False
     update = body.value.b if isinstance(body.value.a, tvm.ir.TensorLoad) else body.value.a
     while isinstance(update, tirx.Cast):
         update = update.value
-    if not isinstance(update, tirx.Mul):
-        return False
-    return len({r.source.name for r in stmt.reads} - {stmt.writes[0].source.name}) >= 2
+    return isinstance(update, tirx.Mul) and len({r.source.name for r in stmt.reads} - {stmt.writes[0].source.name}) >= 2
 
 
 # Packed dot-product steps: (operand dtypes, accumulator dtype, channels per lane) -> the module whose
@@ -193,7 +193,7 @@ def _choose_tile(sch: s_tir.Schedule, found: _Match, geometry: CPUGeometry) -> _
     lanes = geometry.lanes(sch.get(block).writes[0].source.dtype.bits)
     col_extent, row_extent = extent(sch, found.col), extent(sch, found.row)
     operands = _operands(sch, block, len(found.outer) + 2)
-    wide, narrow = _tiles(geometry)
+    wide, narrow = _tiles(geometry, row_extent)
     max_rows, vectors = wide
     if operands is not None and _set_collisions(operands["row_stride_bytes"], max_rows, geometry) > (
         geometry.l1_ways // 2
