@@ -135,7 +135,7 @@ def test_every_error_class_of_the_project_is_one_the_cli_reports():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--conv-rates", "decoder:64", "--precision", "fp32"], "an fp32 build's time by kernel group is --kernel-split"),
+        (["--conv-rates", "decoder:64", "--precision", "fp32"], "an fp32 build's time by kernel group"),
         (["--conv-rates", "decoder:64", "--precision", "int8,bf16"], "times one build's packed bf16 or int8"),
         (["--kernel-split", "decoder:64", "--precision", "fp33"], "precision must be one of"),
     ],

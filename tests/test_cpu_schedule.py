@@ -634,7 +634,8 @@ def test_avx2_convs_take_6_rows_on_channels_padded_to_whole_tiles():
     x = rng.standard_normal((1, 40, 64)).astype(np.float32)
     w = (rng.standard_normal((128, 40, 7)) * 0.1).astype(np.float32)
     padded = np.pad(w, ((0, 4), (0, 0), (0, 0)))
-    tile = r"T\.unroll\(T\.int64\((\d+)\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):\s+with T\.sblock\(\"conv1d"
+    tile = (r"T\.unroll\(T\.int64\((\d+)\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):"
+            r"\s+with T\.sblock\(\"conv1d")
     assert re.search(tile, _conv_scheduled(x, padded, 128, AVX2)).groups() == ("6", "16")
     assert re.search(tile, _conv_scheduled(x, w, None, AVX2)).groups() == ("4", "16")
     mod = _module(lambda a, b: relax.op.nn.conv1d(a, b, padding=3), [x, w])

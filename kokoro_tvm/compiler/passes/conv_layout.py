@@ -32,7 +32,7 @@ from kokoro_tvm.compiler.passes.base import (
     static_shape,
 )
 
-MIN_ALIGNED_ROWS = 24  # fewer output channels (the 22-channel harmonic conv) stay as they are: 2 of 24 padded
+MIN_ALIGNED_ROWS = 24  # fewer output channels (the 22-channel harmonic conv) stay: padding would add up to a quarter
 
 
 @mutator
