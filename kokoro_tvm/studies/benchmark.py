@@ -91,15 +91,15 @@ def conv_peak(
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_supports_bf16
     from kokoro_tvm.compiler.int8 import host_supports_int8
-    from kokoro_tvm.compiler.passes.conv_layout import MIN_ALIGNED_ROWS
+    from kokoro_tvm.compiler.passes.conv_layout import padded_rows
 
     set_threads(threads)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, channels, steps)).astype(np.float32)
     w = (rng.standard_normal((channels, channels, taps)) * 0.05).astype(np.float32)
     padding = dilation * (taps - 1) // 2
-    aligned = -channels % (aligned_conv_rows(host_target()) or 1)  # zero rows, as the model's builds have here
-    w_ours = np.pad(w, ((0, aligned if channels >= MIN_ALIGNED_ROWS else 0), (0, 0), (0, 0)))
+    rows = padded_rows(channels, aligned_conv_rows(host_target()) or 1)  # zero rows, as the model's builds have
+    w_ours = np.pad(w, ((0, rows - channels), (0, 0), (0, 0)))
     conv, bf16 = _fp32_conv_module(x.shape, w_ours.shape, padding, dilation, channels), host_supports_bf16()
     modules = {"tvm": conv, **({"tvm_bf16": Bf16Convolutions()(conv)} if bf16 else {})}
     px, pw = torch.from_numpy(x), torch.from_numpy(w)

@@ -35,6 +35,12 @@ from kokoro_tvm.compiler.passes.base import (
 MIN_ALIGNED_ROWS = 24  # fewer output channels (the 22-channel harmonic conv) stay: padding would add up to a quarter
 
 
+def padded_rows(rows: int, multiple: int) -> int:
+    """The output channels AlignConvRows gives a conv of `rows`: the next multiple of `multiple`, or `rows` itself
+    below MIN_ALIGNED_ROWS."""
+    return rows if rows < MIN_ALIGNED_ROWS else rows + -rows % multiple
+
+
 @mutator
 class _ConvRewriter(PyExprMutator):
     def __init__(self, mod, polyphase: bool, align: int | None, rows: int | None = None):
@@ -58,8 +64,8 @@ class _ConvRewriter(PyExprMutator):
         attrs, w_shape = call.attrs, static_shape(call.args[1])
         if w_shape is None or attrs.kernel_layout != "OIW" or attrs.data_layout != "NCW" or int(attrs.groups) != 1:
             return None
-        extra = -w_shape[0] % self.rows
-        if not extra or w_shape[0] < MIN_ALIGNED_ROWS:
+        extra = padded_rows(w_shape[0], self.rows) - w_shape[0]
+        if not extra:
             return None
         w = self.builder_.emit(relax.op.nn.pad(call.args[1], pad_width=[0, extra, 0, 0, 0, 0]))
         wide = self.builder_.emit(relax.op.nn.conv1d(

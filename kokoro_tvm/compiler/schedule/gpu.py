@@ -148,13 +148,18 @@ def _blocks(stmt):
             yield from _blocks(child)
 
 
+def _largest(size) -> int:
+    """A size at its largest: a symbolic one for tile counts up to 2**40, so a size that grows with the length is
+    far over any limit, and one that is bounded (`min(960 s + 32, 32)`, a tile at the end of a symbolic row)
+    counts its bound."""
+    return int(size) if isinstance(size, tirx.IntImm) else size_analyzer(size).const_int_bound(size).max_value
+
+
 def _most_bytes(buffer) -> int:
-    """The most bytes `buffer` can take: a symbolic size at its largest for tile counts up to 2**40, so a size
-    that grows with the length is far over any limit, and one that is bounded (`min(960 s + 32, 32)`, a tile
-    at the end of a symbolic row) counts its bound."""
+    """The most bytes `buffer` can take, each size at its largest."""
     elements = 1
     for size in buffer.shape:
-        elements *= int(size) if isinstance(size, tirx.IntImm) else size_analyzer(size).const_int_bound(size).max_value
+        elements *= _largest(size)
     dtype = tvm.DataType(str(buffer.dtype))
     return elements * dtype.bits * dtype.lanes // 8
 
@@ -195,9 +200,7 @@ def _rows_and_length(func: tirx.PrimFunc) -> tuple[int, int]:
     for block in _blocks(func.body):
         extents = {"rows": 1, "length": 1}
         for var in block.iter_vars:
-            size = var.dom.extent
-            most = int(size) if isinstance(size, tirx.IntImm) else size_analyzer(size).const_int_bound(size).max_value
-            extents["length" if var.iter_type == tirx.IterVar.CommReduce else "rows"] *= most
+            extents["length" if var.iter_type == tirx.IterVar.CommReduce else "rows"] *= _largest(var.dom.extent)
         if any(var.iter_type == tirx.IterVar.CommReduce for var in block.iter_vars) and extents["length"] > found[1]:
             found = (extents["rows"], extents["length"])
     return found
