@@ -646,3 +646,61 @@ def test_avx2_convs_take_6_rows_on_channels_padded_to_whole_tiles():
     ours = compile_and_load(aligned, AVX2)(x, w)[0]
     plain = compile_and_load(mod, AVX2)(x, w)[0]
     assert ours.shape == (1, 128, 64) and np.array_equal(ours, plain)
+
+
+def _linear_module(rows, depth, width):
+    """main(x [rows, depth]; W [width, depth], b [width] as weights) = x @ W.T + b, and x @ x.T (activations
+    only), lifted for the target as the builds lift."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((rows, depth), "float32"))
+    w = relax.Var("w", relax.TensorType((width, depth), "float32"))
+    b = relax.Var("b", relax.TensorType((width,), "float32"))
+    with bb.function("main", [x, w, b], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w, [1, 0])), b))
+            gram = bb.emit(relax.op.matmul(x, relax.op.permute_dims(x, [1, 0])))
+            out = bb.emit_output(relax.Tuple([y, gram]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_matmul_weights_are_read_in_column_panels():
+    """A matmul by a weight matrix reads it as [N / C, K, C] panels as wide as the register tile (16 columns on
+    AVX2, 32 on AVX-512), made once at load: the same products in the same order, so bit for bit the values of
+    the row-major build. Activations times activations and one-row style projections keep their layout; equal
+    lifted weights (ALBERT's one layer used 12 times) are one tensor."""
+    from kokoro_tvm.compiler.passes import PackMatmulWeights
+    from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, lift_weight_transforms, matmul_panel_columns
+
+    assert matmul_panel_columns(AVX2) == 16
+    assert matmul_panel_columns({"kind": "llvm", "mcpu": "znver4"}) == 32
+    assert matmul_panel_columns({"kind": "cuda", "arch": "sm_80"}) is None
+    packed = PackMatmulWeights(16)(_linear_module(40, 96, 64)).script()
+    assert packed.count("panel_matmul(") == 1 and "(4, 96, 16)" in packed  # the weight's matmul only
+    assert "panel_matmul" not in PackMatmulWeights(16)(_linear_module(1, 96, 64)).script()  # one row: stays
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 96)).astype(np.float32)
+    w, b = rng.standard_normal((64, 96)).astype(np.float32), rng.standard_normal(64).astype(np.float32)
+    outputs = {}
+    for name, target in (("panels", AVX2), ("row-major", None)):
+        lifted = lift_weight_transforms(_linear_module(40, 96, 64), target=target)
+        runner = compile_and_load(lifted, AVX2, params=[w, b], transform_params=TRANSFORM_PARAMS)
+        outputs[name] = runner(x)
+    assert np.array_equal(outputs["panels"][0], outputs["row-major"][0])
+    np.testing.assert_allclose(outputs["panels"][0], x @ w.T + b, rtol=1e-5, atol=1e-5)  # float32 sums of 96
+
+
+def test_equal_lifted_weights_are_one_tensor():
+    """Two uses of one weight's transpose (as ALBERT's 12 layers use its one layer) lift to one tensor."""
+    from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, lift_weight_transforms
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((8, 16), "float32"))
+    w = relax.Var("w", relax.TensorType((16, 16), "float32"))
+    with bb.function("main", [x, w], attrs={"num_input": 1}):
+        with bb.dataflow():
+            h = bb.emit(relax.op.matmul(x, relax.op.permute_dims(w, [1, 0])))
+            out = bb.emit_output(relax.op.matmul(h, relax.op.permute_dims(w, [1, 0])))
+        bb.emit_func_output(out)
+    transform = lift_weight_transforms(bb.get())[TRANSFORM_PARAMS]
+    assert transform.script().count("R.permute_dims(") == 1

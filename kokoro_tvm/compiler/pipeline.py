@@ -177,22 +177,40 @@ def aligned_conv_rows(target) -> int | None:
     return ALIGNED_SMALL_TILE[0]
 
 
+def matmul_panel_columns(target) -> int | None:
+    """How wide the column panels of a weight matrix are on `target` (passes.PackMatmulWeights): two float32
+    vectors on a CPU, the register tile's columns for a matmul over tokens (16 on AVX2, 32 on AVX-512); None
+    on a GPU or without a target."""
+    if target is None or _target(target).kind.name != "llvm":
+        return None
+    return 2 * cpu_geometry(_target(target)).lanes(32)
+
+
 def lift_weight_transforms(mod, component: str | None = None, precision: str = "full", target=None):
     """Move every computation that depends on weights alone (ALBERT's per-call `permute_dims` of each linear
     weight, 12 times over for its one shared layer; bf16 weight packing) out of `main` into TRANSFORM_PARAMS,
     which the runtime calls once at load. Exact: the lifted ops are the same ops, run earlier. `precision`'s
     rewrites (precision_passes) are applied first, then, for `target`, the convs' channels padded to whole
-    register tiles (aligned_conv_rows), whose padded weights are lifted too."""
+    register tiles (aligned_conv_rows) and the matmul weights laid out in column panels (matmul_panel_columns),
+    both lifted too. Equal lifted values are made once (ALBERT's one layer: 24 MB of weights, not 12 copies)."""
     import tvm
     from tvm import relax
 
-    from kokoro_tvm.compiler.passes import AlignConvRows
+    from kokoro_tvm.compiler.passes import AlignConvRows, PackMatmulWeights
 
     if component is not None:
         mod = tvm.transform.Sequential(precision_passes(component, precision))(mod)
     if rows := aligned_conv_rows(target):
         mod = AlignConvRows(rows)(mod)
-    return relax.transform.LiftTransformParams()(mod)
+    if columns := matmul_panel_columns(target):
+        mod = PackMatmulWeights(columns)(mod)
+    mod = relax.transform.LiftTransformParams()(mod)
+    if TRANSFORM_PARAMS not in {gv.name_hint for gv in mod.functions}:
+        return mod
+    # only the weight work is merged: `main` keeps one input per lifted output, equal ones the same tensor
+    transform = relax.transform.EliminateCommonSubexpr()(tvm.IRModule({TRANSFORM_PARAMS: mod[TRANSFORM_PARAMS]}))
+    mod[TRANSFORM_PARAMS] = transform[TRANSFORM_PARAMS]
+    return mod
 
 
 def lower(mod, target, coverage: dict | None = None, dump_dir: str | Path | None = None):

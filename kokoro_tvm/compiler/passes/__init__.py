@@ -5,6 +5,8 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
 - conv_layout.py: `PolyphaseConvTranspose` (conv-transpose without the zero multiply-adds), `AlignConvLengths`
   (conv outputs in whole column tiles), `AlignConvRows` (in whole row tiles; run by the pipeline's
   `lift_weight_transforms`, before lifting, on CPUs with 16 vector registers);
+- matmul_layout.py: `PackMatmulWeights` (a matmul's weight matrix in column panels as wide as the CPU tile; run
+  by `lift_weight_transforms` with AlignConvRows);
 - sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes);
 - powers.py: `IntegerPowers` (x^2, x^3 as products);
 - cumsum.py: `CumsumInFloat64` (a float32 running sum accumulated in float64, as PyTorch's CPU cumsum);
@@ -21,6 +23,7 @@ from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, AlignConvRo
 from kokoro_tvm.compiler.passes.cumsum import CumsumInFloat64
 from kokoro_tvm.compiler.passes.float64 import DemoteFloat64
 from kokoro_tvm.compiler.passes.libm_exp import LibmExactExp
+from kokoro_tvm.compiler.passes.matmul_layout import PackMatmulWeights
 from kokoro_tvm.compiler.passes.powers import IntegerPowers
 from kokoro_tvm.compiler.passes.prefetch import EpiloguePrefetch
 from kokoro_tvm.compiler.passes.sine import VectorizableSine
@@ -34,6 +37,7 @@ __all__ = [
     "EpiloguePrefetch",
     "IntegerPowers",
     "LibmExactExp",
+    "PackMatmulWeights",
     "PolyphaseConvTranspose",
     "VectorizableSine",
 ]
