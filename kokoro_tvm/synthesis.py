@@ -8,6 +8,7 @@ Kokoro's pad token, so its audio starts and ends in the model's own near-silence
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -101,15 +102,15 @@ class TVMBackend:
         import torch
 
         from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro
-        from kokoro_tvm.weights.resolve import load_kmodel
+        from kokoro_tvm.weights.resolve import load_kmodel, load_weights
 
         dtype = check_precision(precision, device).dtype  # so does a CPU without bf16 for a bf16 build
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
         check_device(device, dtype)  # and a missing device
-        model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
-        compiled = compiled_kokoro(
-            model, info.fingerprint, precision, buckets=bucket_set, device=device
-        )
+        info = load_weights(weights)[0]  # resolved and fingerprinted: which cached builds are these weights'
+        # the KModel (kokoro, transformers: ~4 s) only where a build is missing; none where every one is cached
+        model = functools.cache(lambda: load_kmodel(weights, dtype=getattr(torch, dtype))[0])
+        compiled = compiled_kokoro(model, info.fingerprint, precision, buckets=bucket_set, device=device)
         return cls(compiled, info)
 
     def describe(self, last_chunks: int) -> dict:

@@ -95,6 +95,24 @@ def test_cache_reuses_and_rebuilds_on_corruption(unit_cache, random_model64, cap
     assert other.library.parent != fixed.library.parent  # the weights are part of the key
 
 
+def test_a_model_loader_is_called_only_to_build(unit_cache, random_model64):
+    """`say --backend tvm` hands the builder a loader, not a KModel: with every artifact cached the model (kokoro,
+    transformers, its weights: ~4 s) is never made; a missing artifact calls the loader once."""
+    from kokoro_tvm.compiler.build import OnDemandBuilder
+
+    calls = []
+
+    def loader():
+        calls.append(1)
+        return random_model64
+
+    cached = build(random_model64, RANDOM_FINGERPRINT, BuildSpec("text_encoder", 5, "float64"))
+    builder = OnDemandBuilder(loader, RANDOM_FINGERPRINT, "float64")
+    assert builder("text_encoder", 5).library == cached.library and not calls
+    built = build(loader, "weights-not-built-yet", BuildSpec("text_encoder", 5, "float64"))
+    assert calls == [1] and built.manifest["key"]["weights"] == "weights-not-built-yet"
+
+
 def test_runtime_works_without_torch(unit_cache, random_model64):
     """torch is made unimportable (tvm_ffi imports it eagerly when present, so "not in sys.modules" cannot
     be the check): loading and running an artifact must still work."""

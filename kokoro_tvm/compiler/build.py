@@ -2,9 +2,9 @@
 
 An artifact is one component at one shape and dtype for one target: a shared library (the Relax VM
 executable, weights kept as parameters) plus a manifest. The shape is one static length, or (`symbolic=True`)
-every whole number of kokoro_tvm.components.LENGTH_TILE steps up to `length` (kokoro_tvm.compiler.symbolic;
-its manifest records `length_tile`, and a caller passes the tile count after the inputs). Parameters are
-stored once per (weights, component, dtype) as .npz and shared by every shape. The cache key covers the
+every whole number of kokoro_tvm.components.LENGTH_TILE steps up to `length` (kokoro_tvm.compiler.symbolic; its
+manifest records `length_tile`; a caller passes the tile count after the inputs). Parameters are stored once per
+(weights, component, dtype) as .npz and shared by every shape. The cache key covers the
 weights fingerprint, component, shape, dtype, the export/convert recipe version, a digest of the source that
 decides what a build computes (`build_source_digest`), the TVM version and the target; a manifest that does not
 match, or a file whose sha256 differs from its manifest, is rebuilt with a log line, never used.
@@ -192,8 +192,9 @@ def _folder(spec: BuildSpec, fields: dict) -> Path:
 
 
 def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None, decomposed=None) -> Artifact:
-    """The cached artifact for `spec`, building it if missing or invalid. `model` must be in spec.dtype;
-    `decomposed`, if given, is `decomposed_program(model, spec)`, which a build then neither exports nor decomposes.
+    """The cached artifact for `spec`, building it if missing or invalid. `model`: the KModel in spec.dtype, or a
+    function that loads it, called only to build; `decomposed`, if given, is `decomposed_program(model, spec)`,
+    which a build then neither exports nor decomposes.
 
     Safe with several processes on one cache: the build holds the artifact's lock (a second process waits,
     then finds it built), and every file is written under a temporary name and renamed into place, the
@@ -206,6 +207,7 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
         if cached is not None:
             return cached
         library = folder / "component.so"
+        model = model if isinstance(model, torch.nn.Module) else model()
         manifest = _build(model, spec, target, fields, library, _params_path(weights_fingerprint, spec), decomposed)
         tmp = temporary_sibling(folder / "manifest.json")
         tmp.write_text(json.dumps(manifest, indent=1))
@@ -281,16 +283,10 @@ def _write_params(path: Path, arrays: dict[str, np.ndarray], names: list[str], d
 
 class OnDemandBuilder:
     """An artifact provider `(component, length) -> Artifact` for kokoro_tvm.runtime.kokoro.TVMKokoro: builds (or
-    finds in the cache) each shape on first use; length None is the component's symbolic-length build."""
+    finds in the cache) each shape on first use; length None is the component's symbolic-length build. `model`: as
+    `build` takes it (a loader is called at the first build, never when every artifact is cached)."""
 
-    def __init__(
-        self,
-        model,
-        weights_fingerprint: str,
-        dtype: str = "float32",
-        target: dict | None = None,
-        precision: str = "full",
-    ):
+    def __init__(self, model, weights_fingerprint: str, dtype="float32", target: dict | None = None, precision="full"):
         self.model, self.weights_fingerprint, self.dtype = model, weights_fingerprint, dtype
         self.target, self.precision = target or host_target(), precision
 
