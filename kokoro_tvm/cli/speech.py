@@ -23,8 +23,6 @@ from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import writing
 from kokoro_tvm.runtime.audio_io import WAV_FORMATS, WavStream, encode, write_wav
 from kokoro_tvm.synthesis import BACKENDS, synthesize, synthesize_stream
-from kokoro_tvm.tools import latency
-from kokoro_tvm.tools.bench import DEFAULT_TEXT, bench
 
 log = logging.getLogger("kokoro_tvm.cli")
 
@@ -101,6 +99,8 @@ def compare(args: argparse.Namespace) -> int:
 
 
 def first_audio_record(args: argparse.Namespace) -> dict:
+    from kokoro_tvm.tools import latency  # (deferred: scipy.signal and .stats, 0.8 s of every `say`'s start)
+
     peers = {"all": latency.STREAM_PEERS, "none": ()}.get(args.peers.strip())
     if peers is None:
         peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
@@ -115,6 +115,7 @@ def _print_record(record: dict, one_line: bool) -> int:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from kokoro_tvm.tools.bench import DEFAULT_TEXT, bench  # (deferred: scipy.signal and .stats, as above)
     from kokoro_tvm.tools.peers import parse_peers  # (deferred: torch, which the other commands may not need)
 
     if args.first_audio:
