@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +40,9 @@ class Artifact:
     library: Path
     params: Path
     manifest: dict
+    # parameters a cache check has just read and verified, handed to the first load_params (the runner) instead of
+    # reading them again: 330 MB and 0.6 s for the five fp32 builds; handed over once, not kept
+    verified: list | None = field(default=None, repr=False, compare=False)
 
     @property
     def param_names(self) -> list[str]:
@@ -66,6 +69,9 @@ class Artifact:
 
     def load_params(self) -> list[np.ndarray]:
         """The parameters in call order, verified against the manifest's digest."""
+        if self.verified is not None:
+            verified, self.verified = self.verified, None
+            return verified
         try:
             with np.load(self.params) as npz:
                 arrays = {name: npz[name] for name in self.param_names}

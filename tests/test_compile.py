@@ -113,6 +113,18 @@ def test_a_model_loader_is_called_only_to_build(unit_cache, random_model64):
     assert calls == [1] and built.manifest["key"]["weights"] == "weights-not-built-yet"
 
 
+def test_a_cache_check_hands_its_verified_parameters_to_the_first_load(unit_cache, random_model64):
+    """The cache check reads and verifies the parameters; the runner's load takes those arrays instead of reading
+    the file again, once: the artifact does not keep a second copy of the weights."""
+    spec = BuildSpec("text_encoder", 5, "float64")
+    build(random_model64, RANDOM_FINGERPRINT, spec)
+    cached = build(random_model64, RANDOM_FINGERPRINT, spec)
+    handed = cached.verified
+    assert handed is not None and cached.load_params() is handed and cached.verified is None
+    again = cached.load_params()  # read and verified from the file
+    assert again is not handed and all(np.array_equal(a, b) for a, b in zip(again, handed, strict=True))
+
+
 def test_runtime_works_without_torch(unit_cache, random_model64):
     """torch is made unimportable (tvm_ffi imports it eagerly when present, so "not in sys.modules" cannot
     be the check): loading and running an artifact must still work."""
