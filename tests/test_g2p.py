@@ -2,6 +2,9 @@
 "b" for British voices) on every corpus sentence, offline. Unit tier: spaCy's small model and misaki's lexicons
 load once per worker (a few seconds); the 226 sentences take ~3 s per language."""
 
+import subprocess
+import sys
+
 import pytest
 
 from kokoro_tvm.frontend import g2p
@@ -35,6 +38,28 @@ def test_line_breaks_are_split_as_kpipeline_splits_them(kpipeline):
     language, pipeline = kpipeline
     text = "First line, with a pause\n\nSecond line: $1,234.56 for the dog.\nThird"
     assert text_to_phonemes(text, language) == " ".join(r.phonemes for r in pipeline(text))
+
+
+def test_espeak_reads_unknown_words_as_kpipeline(kpipeline):
+    """misaki's espeak-ng fallback is made at the first word its lexicon lacks (importing it costs ~2 s per process
+    start), and then reads that word as KPipeline's does; text without such words never imports it (below)."""
+    language, pipeline = kpipeline
+    invented = "The zorblax quivvered near Vlotnik."
+    assert text_to_phonemes(invented, language) == " ".join(r.phonemes for r in pipeline(invented))
+
+
+def test_espeak_is_imported_only_for_a_word_misaki_lacks():
+    script = """
+import sys
+from kokoro_tvm.frontend.text import text_to_phonemes
+known = text_to_phonemes("Hello there, how are you?", "a")
+print("misaki.espeak" in sys.modules)
+text_to_phonemes("The zorblax quivvered.", "a")
+print("misaki.espeak" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["False", "True"]
 
 
 def test_misaki_reads_what_espeak_misread():

@@ -64,10 +64,26 @@ def spacy_model_from_package():
 def english_g2p(british: bool = False):
     """misaki's English G2P as KPipeline(lang_code="a" or "b") builds it: espeak-ng for unknown words and no
     placeholder symbol for a word nothing can read (unk="")."""
-    from misaki import en, espeak
+    from misaki import en
 
     with spacy_model_from_package():
-        return en.G2P(trf=False, british=british, fallback=espeak.EspeakFallback(british=british), unk="")
+        return en.G2P(trf=False, british=british, fallback=EspeakFallbackOnDemand(british), unk="")
+
+
+class EspeakFallbackOnDemand:
+    """misaki's `EspeakFallback`, made when the first word misaki's lexicon cannot read comes: importing it takes
+    ~2 s (phonemizer -> segments -> csvw -> jsonschema, where `rfc3987_syntax` builds a grammar), at every start
+    of a process that speaks, and much text never needs it. Each word gets what KPipeline's fallback gives."""
+
+    def __init__(self, british: bool):
+        self.british, self.fallback = british, None
+
+    def __call__(self, token):
+        if self.fallback is None:
+            from misaki.espeak import EspeakFallback
+
+            self.fallback = EspeakFallback(british=self.british)
+        return self.fallback(token)
 
 
 @functools.cache
