@@ -177,6 +177,16 @@ def aligned_conv_rows(target) -> int | None:
     return ALIGNED_SMALL_TILE[0]
 
 
+def frequency_domain_convs(target, precision: str) -> bool:
+    """Whether the long float32 convs are computed in the frequency domain (passes.FrequencyDomainConvs): in
+    full-precision builds (bf16 / int8 builds pack those convs instead) for a CPU with 16 vector registers (AVX2),
+    where it was measured faster; AVX-512 and NEON targets keep the direct kernel until it is measured there
+    (`python -m kokoro_tvm.studies.frequency_convs` forces it on any CPU)."""
+    if target is None or _target(target).kind.name != "llvm" or check_arithmetic(precision) != "full":
+        return False
+    return cpu_geometry(_target(target)).vector_registers < 32
+
+
 def matmul_panel_columns(target) -> int | None:
     """How wide the column panels of a weight matrix are on `target` (passes.PackMatmulWeights): two float32
     vectors on a CPU, the register tile's columns for a matmul over tokens (16 on AVX2, 32 on AVX-512); None
@@ -186,20 +196,32 @@ def matmul_panel_columns(target) -> int | None:
     return 2 * cpu_geometry(_target(target)).lanes(32)
 
 
-def lift_weight_transforms(mod, component: str | None = None, precision: str = "full", target=None):
+def lift_weight_transforms(
+    mod,
+    component: str | None = None,
+    precision: str = "full",
+    target=None,
+    frequency_convs: bool | None = None,
+    frequency_tiling=None,
+):
     """Move every computation that depends on weights alone (ALBERT's per-call `permute_dims` of each linear
     weight, 12 times over for its one shared layer; bf16 weight packing) out of `main` into TRANSFORM_PARAMS,
     which the runtime calls once at load. Exact: the lifted ops are the same ops, run earlier. `precision`'s
-    rewrites (precision_passes) are applied first, then, for `target`, the convs' channels padded to whole
-    register tiles (aligned_conv_rows) and the matmul weights laid out in column panels (matmul_panel_columns),
-    both lifted too. Equal lifted values are made once (ALBERT's one layer: 24 MB of weights, not 12 copies)."""
+    rewrites (precision_passes) are applied first, then, for `target`, the long convs put in the frequency
+    domain (where frequency_domain_convs says, or as `frequency_convs` forces; `frequency_tiling`: other tiles
+    than the pass's own, for studies; equal to float32 rounding, not bit for bit), the convs' channels padded to
+    whole register tiles (aligned_conv_rows) and the matmul weights laid out in column panels
+    (matmul_panel_columns), all of their weight work lifted too. Equal lifted values are made once (ALBERT's
+    one layer: 24 MB of weights, not 12 copies)."""
     import tvm
     from tvm import relax
 
-    from kokoro_tvm.compiler.passes import AlignConvRows, PackMatmulWeights
+    from kokoro_tvm.compiler.passes import AlignConvRows, FrequencyDomainConvs, PackMatmulWeights
 
     if component is not None:
         mod = tvm.transform.Sequential(precision_passes(component, precision))(mod)
+    if frequency_domain_convs(target, precision) if frequency_convs is None else frequency_convs:
+        mod = FrequencyDomainConvs(frequency_tiling, aligned_conv_rows(target))(mod)
     if rows := aligned_conv_rows(target):
         mod = AlignConvRows(rows)(mod)
     if columns := matmul_panel_columns(target):

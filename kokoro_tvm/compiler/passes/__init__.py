@@ -5,6 +5,8 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
 - conv_layout.py: `PolyphaseConvTranspose` (conv-transpose without the zero multiply-adds), `AlignConvLengths`
   (conv outputs in whole column tiles), `AlignConvRows` (in whole row tiles; run by the pipeline's
   `lift_weight_transforms`, before lifting, on CPUs with 16 vector registers);
+- frequency_conv.py: `FrequencyDomainConvs` (long float32 convs as overlap-save DFT products; run by
+  `lift_weight_transforms` in full-precision builds for AVX2; float32 rounding differs, not bit for bit);
 - matmul_layout.py: `PackMatmulWeights` (a matmul's weight matrix in column panels as wide as the CPU tile; run
   by `lift_weight_transforms` with AlignConvRows);
 - sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes);
@@ -22,6 +24,7 @@ from kokoro_tvm.compiler.passes.constants import FoldConstantCalls
 from kokoro_tvm.compiler.passes.conv_layout import AlignConvLengths, AlignConvRows, PolyphaseConvTranspose
 from kokoro_tvm.compiler.passes.cumsum import CumsumInFloat64
 from kokoro_tvm.compiler.passes.float64 import DemoteFloat64
+from kokoro_tvm.compiler.passes.frequency_conv import FrequencyDomainConvs
 from kokoro_tvm.compiler.passes.libm_exp import LibmExactExp
 from kokoro_tvm.compiler.passes.matmul_layout import PackMatmulWeights
 from kokoro_tvm.compiler.passes.powers import IntegerPowers
@@ -34,6 +37,7 @@ __all__ = [
     "CumsumInFloat64",
     "DemoteFloat64",
     "FoldConstantCalls",
+    "FrequencyDomainConvs",
     "EpiloguePrefetch",
     "IntegerPowers",
     "LibmExactExp",

@@ -1,0 +1,184 @@
+"""`FrequencyDomainConvs`: a float32 conv with a long kernel (the generator's 7- and 11-tap resblock convs) as
+products in the frequency domain, overlap-save.
+
+A conv of C input and O output channels with k taps does k multiply-adds per output step and channel pair;
+the same outputs from N-point DFTs of input tiles cost, per bin, one complex C x O product, (N/2 + 1) bins for m
+outputs per tile: 4 (N/2 + 1) / m real multiply-adds per step and channel pair, 2.75 for N = 64, m = 48, against
+11 taps. The DFTs (small matmuls by constant matrices) add 2 N (N + 2) / m flops per step and channel,
+which the product's O-fold reuse pays for when k is long. Each step is a contraction that the CPU kernel
+(kokoro_tvm.compiler.schedule.cpu.contraction) tiles with a broadcast row operand and a vector column operand:
+
+    frames    F[c, n, t] = x[c, t m + n - pad]                       (zero outside x)
+    forward   X[c, j, t] = sum_n D[j, n] F[c, n, t]                  j = 2 b + s: bin b, re / im s
+    product   Y[b, r, t] = sum_(s, c) W[b, r, s C + c] X[c, 2b + s, t]  W[b] = [[Gr, -Gi], [Gi, Gr]], 2O x 2C
+    inverse   y[o, t, q] = sum_(b, s) Y[b, s O + o, t] E[2b + s, q]  q < m: the valid outputs of tile t
+
+G = conj(DFT(w)) per channel pair (a correlation, as conv1d computes) is computed from the weights alone, so
+`lift_weight_transforms` makes it once, at load. The values are the conv's to float32 rounding (about 4e-7 of
+the output's norm against a float64 conv, as the direct kernel's 7e-7; tests/test_cpu_schedule.py), not bit for
+bit: only the fp32 builds on a CPU take it (kokoro_tvm.compiler.pipeline.frequency_domain_convs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax, te, tirx
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from kokoro_tvm.compiler.passes.base import ints, parameter_names, rewriting_pass, shape_of, static_shape
+
+# Per dilation: (fewest taps taken, DFT points N, outputs per tile m), with N - m + 1 >= the kernel's span and m a
+# whole number of 16-column tiles. On a 2-core Zen 2, against the direct kernel, one conv at a time
+# (`python -m kokoro_tvm.studies.frequency_convs --all`; NOTES/performance.md): undilated 11 taps 1.7x, 7 taps
+# 1.1-1.2x; 11 taps at dilation 3 1.1-1.7x; 3 taps, and 7 taps dilated, slower; 11 at dilation 5 within 15%.
+TILINGS = {1: (7, 64, 48), 3: (11, 128, 96)}
+MIN_CHANNELS = 64  # narrower convs (the 22-channel harmonic one) stay direct: not measured, the DFTs weigh more
+TILE_COLUMNS = 16  # the tile axis T in whole column tiles of the contraction kernel
+
+
+def tiling(taps: int, dilation: int) -> tuple[int, int] | None:
+    """(N, m) for a conv of `taps` taps at `dilation`, or None where the direct kernel is kept."""
+    if dilation not in TILINGS:
+        return None
+    fewest, points, step = TILINGS[dilation]
+    return (points, step) if taps >= fewest and dilation * (taps - 1) + 1 <= points - step + 1 else None
+
+
+def dft_matrices(points: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """D [2B, N] (row 2b: cos, 2b + 1: -sin of bin b: the real DFT, re / im interleaved by bin) and E [2B, m]
+    (the inverse DFT's first m samples from the same interleaved rows), B = N / 2 + 1, in float64."""
+    bins = np.arange(points // 2 + 1)
+    angle = 2 * np.pi * np.outer(bins, np.arange(points)) / points
+    forward = np.stack([np.cos(angle), -np.sin(angle)], axis=1).reshape(2 * len(bins), points)
+    weight = np.where((bins == 0) | (bins == points // 2), 1.0, 2.0)[:, None] / points
+    back = 2 * np.pi * np.outer(bins, np.arange(step)) / points
+    inverse = np.stack([weight * np.cos(back), -weight * np.sin(back)], axis=1).reshape(2 * len(bins), step)
+    return forward, inverse
+
+
+def kernel_spectra(taps: int, dilation: int, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """[k, B] cos and sin of tap j's phase at bin b (tap j sits at j * dilation): conj(DFT(w)) = w @ cos + i w @ sin."""
+    phase = 2 * np.pi * np.outer(np.arange(taps) * dilation, np.arange(points // 2 + 1)) / points
+    return np.cos(phase), np.sin(phase)
+
+
+def _frames(x: te.Tensor, points: int, step: int, tiles, left: int) -> te.Tensor:
+    """F[c, n, t] = x[0, c, t * step + n - left], zero outside x."""
+    length = x.shape[2]
+
+    def value(c, n, t):
+        at = t * step + n - left
+        inside = tirx.all(at >= 0, at < length)
+        return tirx.if_then_else(inside, x[0, c, tirx.if_then_else(inside, at, 0)], tirx.const(0, x.dtype))
+
+    return te.compute((x.shape[1], points, tiles), value, name="frames")
+
+
+def _forward(dft: te.Tensor, frames: te.Tensor) -> te.Tensor:
+    """X[c, j, t] = sum_n D[j, n] F[c, n, t] (rows: j, broadcast from D; columns: t)."""
+    n = te.reduce_axis((0, frames.shape[1]), name="n")
+    shape = (frames.shape[0], dft.shape[0], frames.shape[2])
+    return te.compute(shape, lambda c, j, t: te.sum(dft[j, n] * frames[c, n, t], axis=n), name="forward_dft")
+
+
+def _product(weights: te.Tensor, spectra: te.Tensor) -> te.Tensor:
+    """Y[b, r, t] = sum_(s, c) W[b, r, s C + c] X[c, 2 b + s, t]: each bin's complex product as one real one."""
+    channels = spectra.shape[0]
+    s, c = te.reduce_axis((0, 2), name="s"), te.reduce_axis((0, channels), name="c")
+    shape = (weights.shape[0], weights.shape[1], spectra.shape[2])
+    return te.compute(
+        shape,
+        lambda b, r, t: te.sum(weights[b, r, s * channels + c] * spectra[c, 2 * b + s, t], axis=[s, c]),
+        name="spectral_product",
+    )
+
+
+def _inverse(products: te.Tensor, idft: te.Tensor, outputs: int) -> te.Tensor:
+    """y[o, t, q] = sum_(b, s) Y[b, s O' + o, t] E[2 b + s, q] for o < `outputs` (rows: tiles t; columns: a
+    tile's outputs q); O' >= O: the product's rows per half, padded."""
+    padded = products.shape[1] // 2
+    b, s = te.reduce_axis((0, products.shape[0]), name="b"), te.reduce_axis((0, 2), name="s")
+    shape = (outputs, products.shape[2], idft.shape[1])
+    return te.compute(
+        shape,
+        lambda o, t, q: te.sum(products[b, s * padded + o, t] * idft[2 * b + s, q], axis=[b, s]),
+        name="inverse_dft",
+    )
+
+
+@mutator
+class _FrequencyConvs(PyExprMutator):
+    def __init__(self, mod, choose, rows: int | None):
+        super().__init__(mod)
+        self.choose, self.rows = choose, rows
+        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
+        self.weights: set[str] = set()
+
+    def visit_function_(self, func):
+        inputs = func.attrs.get("num_input") if func.attrs is not None else None
+        self.weights = {p.name for p in func.params[int(inputs) :]} if inputs is not None else set()
+        return super().visit_function_(func)
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        if not call.op.same_as(self.conv1d):
+            return call
+        chosen = self._chosen(call)
+        return call if chosen is None else self._rewritten(call, *chosen)
+
+    def _chosen(self, call):
+        attrs, x, w = call.attrs, call.args[0], call.args[1]
+        w_shape, x_shape = static_shape(w), shape_of(x)
+        if w_shape is None or x_shape is None or x_shape[0] != 1 or int(attrs.groups) != 1:
+            return None
+        if attrs.data_layout != "NCW" or attrs.kernel_layout != "OIW" or ints(attrs.strides) != [1]:
+            return None
+        if str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or min(w_shape[:2]) < MIN_CHANNELS:
+            return None
+        if attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "void", "float32"):
+            return None
+        if not (names := parameter_names(self, w)) or not names <= self.weights:
+            return None
+        (dilation,), (left, right) = ints(attrs.dilation), ints(attrs.padding)
+        span = dilation * (w_shape[2] - 1) + 1
+        chosen = self.choose(w_shape[2], dilation)
+        return None if chosen is None or left + right != span - 1 else (*chosen, dilation, left)
+
+    def _rewritten(self, call, points: int, step: int, dilation: int, left: int):
+        x, w = call.args
+        outputs, channels, taps = static_shape(w)
+        length = shape_of(x)[2]
+        emit = self.builder_.emit
+        cos, sin = (relax.const(m.astype("float32")) for m in kernel_spectra(taps, dilation, points))
+        real = emit(relax.op.permute_dims(relax.op.matmul(w, cos), [2, 0, 1]))  # [B, O, C]
+        imag = emit(relax.op.permute_dims(relax.op.matmul(w, sin), [2, 0, 1]))
+        if extra := self._extra_rows(outputs):  # zero rows: the product's 2 O' rows in whole register tiles
+            real, imag = (emit(relax.op.nn.pad(v, pad_width=[0, 0, 0, extra, 0, 0])) for v in (real, imag))
+        top = relax.op.concat([real, relax.op.negative(imag)], axis=2)
+        product = emit(relax.op.concat([top, relax.op.concat([imag, real], axis=2)], axis=1))  # [B, 2O, 2C]
+        forward, inverse = (relax.const(m.astype("float32")) for m in dft_matrices(points, step))
+        block = TILE_COLUMNS * step
+        tiles = (length + block - 1) // block * TILE_COLUMNS
+        frames = self.builder_.emit_te(_frames, x, points, step, tiles, left, primfunc_name_hint="frames")
+        spectra = self.builder_.emit_te(_forward, forward, frames, primfunc_name_hint="forward_dft")
+        mixed = self.builder_.emit_te(_product, product, spectra, primfunc_name_hint="spectral_product")
+        full = self.builder_.emit_te(_inverse, mixed, inverse, outputs, primfunc_name_hint="inverse_dft")
+        full = emit(relax.op.reshape(full, (1, outputs, tiles * step)))
+        return relax.op.strided_slice(full, axes=[2], begin=[0], end=[length], assume_inbound=True)
+
+
+    def _extra_rows(self, outputs: int) -> int:
+        """Rows to add to each half of the product so that its 2 O' rows are a multiple of `rows`."""
+        extra = 0
+        while self.rows and (2 * (outputs + extra)) % self.rows:
+            extra += 1
+        return extra
+
+
+def FrequencyDomainConvs(choose=None, rows: int | None = None):  # noqa: N802 (TVM pass naming)
+    """Every float32 conv1d (one utterance, stride 1, no groups, output as long as the input, 64 channels or
+    more) by a kernel computed from the function's weights alone for whose taps and dilation `choose` (default:
+    `tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the register tile's rows
+    where the product's rows are padded to whole tiles (kokoro_tvm.compiler.pipeline.aligned_conv_rows)."""
+    return rewriting_pass("FrequencyDomainConvs", lambda mod: _FrequencyConvs(mod, choose or tiling, rows))

@@ -1,0 +1,121 @@
+"""The frequency-domain conv (kokoro_tvm.compiler.passes.FrequencyDomainConvs) against a float64 conv: static
+and symbolic lengths, the tiles it chooses, the builds that take it, its weight work lifted. Unit tier: 64
+channels, a few hundred steps."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+from kokoro_tvm.compiled import compile_and_load
+from kokoro_tvm.compiler.passes import FrequencyDomainConvs
+from kokoro_tvm.compiler.passes.frequency_conv import dft_matrices, tiling
+from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, frequency_domain_convs, lift_weight_transforms
+from kokoro_tvm.compiler.targets import host_target
+
+# float32 against float64: the DFT sums (64 or 128 terms) and the product's 2C-term sums each round to float32;
+# the direct kernel's error on these shapes is 5e-7 to 1e-6 of the output's norm, the frequency one's 3.5e-7 to
+# 5e-7 (`python -m kokoro_tvm.studies.frequency_convs`). 4e-6 leaves room for other shapes, far below a wrong tap
+# or a lost tile (order 1).
+REL_L2 = 4e-6
+CHANNELS = 64
+
+
+def _conv_module(length, taps: int, dilation: int, dtype: str = "float32"):
+    """main(x [1, C, length]; w [C, C, taps]) = conv1d with 'same' padding, w a weight (num_input = 1)."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, CHANNELS, length), dtype))
+    w = relax.Var("w", relax.TensorType((CHANNELS, CHANNELS, taps), dtype))
+    with builder.function("main", [x, w], attrs={"num_input": 1}):
+        with builder.dataflow():
+            padding = dilation * (taps - 1) // 2
+            out = builder.emit_output(relax.op.nn.conv1d(x, w, padding=padding, dilation=dilation))
+        builder.emit_func_output(out)
+    return builder.get()
+
+
+def _inputs(steps: int, taps: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, CHANNELS, steps)).astype("float32")
+    return x, (rng.standard_normal((CHANNELS, CHANNELS, taps)) / np.sqrt(CHANNELS * taps)).astype("float32")
+
+
+def _rel_l2(got, x, w, dilation: int) -> float:
+    padding = dilation * (w.shape[2] - 1) // 2
+    want = torch.nn.functional.conv1d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
+                                      padding=padding, dilation=dilation).numpy()  # fmt: skip
+    assert got.shape == want.shape
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def _lifted(mod, **options):
+    """Lifted for this CPU, the frequency-domain conv forced on (an AVX-512 host would not take it)."""
+    return lift_weight_transforms(mod, target=host_target(), **{"frequency_convs": True, **options})
+
+
+def test_the_rule_takes_long_kernels_only():
+    assert tiling(11, 1) == (64, 48) and tiling(7, 1) == (64, 48)
+    assert tiling(11, 3) == (128, 96)
+    assert tiling(3, 1) is None and tiling(7, 3) is None and tiling(11, 5) is None and tiling(7, 5) is None
+
+
+@pytest.mark.parametrize("taps, dilation", [(11, 1), (7, 1), (11, 3)])
+def test_a_static_conv_matches_float64(taps, dilation):
+    steps = 301  # neither a whole number of tiles (48, 96) nor of column tiles (16)
+    x, w = _inputs(steps, taps)
+    lifted = _lifted(_conv_module(steps, taps, dilation))
+    assert "spectral_product" in lifted.script()  # taken (the direct build is the control below)
+    got = compile_and_load(lifted, params=[w], transform_params=TRANSFORM_PARAMS)(x)[0]
+    assert _rel_l2(got, x, w, dilation) <= REL_L2
+
+
+def test_one_symbolic_build_serves_every_length():
+    """A symbolic length: lengths shorter than one tile, not a multiple of anything, and many tiles long."""
+    lifted = _lifted(_conv_module(tvm.tirx.Var("n", "int64"), 11, 1))
+    assert "spectral_product" in lifted.script()
+    w = _inputs(1, 11)[1]
+    runner = compile_and_load(lifted, params=[w], transform_params=TRANSFORM_PARAMS)
+    for seed, steps in enumerate((5, 47, 49, 770)):
+        x = _inputs(steps, 11, seed=seed + 1)[0]
+        assert _rel_l2(runner(x)[0], x, w, 1) <= REL_L2, steps
+
+
+def test_the_weight_work_is_lifted_and_the_rows_padded():
+    """main keeps the DFTs and the product; the kernel's spectrum (its matmuls by the tap phases and the
+    [[Gr, -Gi], [Gi, Gr]] blocks) is made once, at load. With 6-row register tiles (AVX2) the product's rows are
+    padded from 2 x 64 to 2 x 66."""
+    lifted = FrequencyDomainConvs(rows=6)(_conv_module(200, 11, 1))
+    lifted = relax.transform.LiftTransformParams()(lifted)
+    main, transform = lifted["main"].script(), lifted[TRANSFORM_PARAMS].script()
+    assert "R.concat" not in main and "R.concat" in transform
+    assert "(33, 132, 128)" in transform  # 33 bins, 2 x 66 rows, 2 x 64 channels
+    x, w = _inputs(200, 11)
+    got = compile_and_load(lifted, params=[w], transform_params=TRANSFORM_PARAMS)(x)[0]
+    assert _rel_l2(got, x, w, 1) <= REL_L2
+
+
+AVX2 = {"kind": "llvm", "mtriple": "x86_64-pc-linux-gnu", "mcpu": "haswell"}
+
+
+def test_only_full_precision_avx2_builds_take_it():
+    """Where it was measured: AVX2. AVX-512 and GPUs keep the direct conv, bf16 / int8 builds their packed one."""
+    assert frequency_domain_convs(AVX2, "full")
+    assert not frequency_domain_convs(AVX2, "bf16") and not frequency_domain_convs(AVX2, "int8")
+    assert not frequency_domain_convs({"kind": "llvm", "mcpu": "znver4"}, "full")
+    assert not frequency_domain_convs({"kind": "cuda", "arch": "sm_80"}, "full")
+    direct = _lifted(_conv_module(200, 11, 1), frequency_convs=False).script()
+    assert "spectral_product" not in direct
+    float64 = FrequencyDomainConvs()(_conv_module(200, 11, 1, dtype="float64")).script()
+    assert "spectral_product" not in float64  # the parity builds keep the direct conv
+    short = FrequencyDomainConvs()(_conv_module(200, 3, 1)).script()
+    assert "spectral_product" not in short
+
+
+def test_the_dft_matrices_are_numpys_rfft():
+    """D times a signal is numpy's rfft (re / im interleaved); E takes a spectrum back to the first m samples."""
+    forward, inverse = dft_matrices(64, 48)
+    signal = np.random.default_rng(3).standard_normal(64)
+    spectrum = np.fft.rfft(signal)
+    assert np.allclose(forward @ signal, np.stack([spectrum.real, spectrum.imag], axis=1).reshape(-1), atol=1e-12)
+    assert np.allclose(inverse.T @ (forward @ signal), signal[:48], atol=1e-12)
