@@ -55,9 +55,11 @@ def _lifted(mod, **options):
 
 
 def test_the_rule_takes_long_kernels_only():
-    assert tiling(11, 1) == (64, 48) and tiling(7, 1) == (64, 48)
-    assert tiling(11, 3) == (128, 96)
-    assert tiling(3, 1) is None and tiling(7, 3) is None and tiling(11, 5) is None and tiling(7, 5) is None
+    assert tiling(11, 1, 128) == (64, 48) and tiling(7, 1, 128) == (64, 48)
+    assert tiling(11, 3, 128) == (128, 96)
+    assert tiling(3, 1, 128) is None and tiling(7, 3, 128) is None and tiling(11, 5, 128) is None
+    # wider convs: only the 11-tap undilated ones pay for their spectra
+    assert tiling(11, 1, 256) == (64, 48) and tiling(7, 1, 256) is None and tiling(11, 3, 256) is None
 
 
 @pytest.mark.parametrize("taps, dilation", [(11, 1), (7, 1), (11, 3)])

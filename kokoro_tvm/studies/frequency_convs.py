@@ -49,7 +49,7 @@ def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forc
     padding = dilation * (taps - 1) // 2
     want = torch.nn.functional.conv1d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
                                       padding=padding, dilation=dilation).numpy()  # fmt: skip
-    tiling = (lambda _taps, d: FORCED_TILINGS.get(d)) if forced else None
+    tiling = (lambda _taps, d, _channels: FORCED_TILINGS.get(d)) if forced else None
     runners, record = {}, {"channels": channels, "steps": steps, "taps": taps, "dilation": dilation}
     for name, on in (("direct", False), ("frequency", True)):
         lifted = lift_weight_transforms(_conv_module(channels, steps, taps, dilation), target=host_target(),
@@ -63,7 +63,7 @@ def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forc
         record[f"{name}_ms"] = float(np.median(seconds)) * 1e3
         record[f"{name}_spread_ms"] = [min(seconds) * 1e3, max(seconds) * 1e3]
     record["speedup"] = record["direct_ms"] / record["frequency_ms"]
-    record["taken"] = frequency_conv.tiling(taps, dilation) is not None
+    record["taken"] = frequency_conv.tiling(taps, dilation, channels) is not None
     return record
 
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--all", action="store_true", help="also the convs the pass keeps direct, forced through it")
     args = parser.parse_args(argv)
     set_threads(args.threads)
-    cases = [(c, s, k, d) for c, s in STAGES for k, d in KERNELS if args.all or frequency_conv.tiling(k, d)]
+    cases = [(c, s, k, d) for c, s in STAGES for k, d in KERNELS if args.all or frequency_conv.tiling(k, d, c)]
     records = [compare(*case, runs=args.runs, forced=args.all) for case in cases]
     print(json.dumps({"threads": args.threads, "runs": args.runs, "convs": records}))
 

@@ -30,18 +30,24 @@ from kokoro_tvm.compiler.passes.base import ints, parameter_names, rewriting_pas
 
 # Per dilation: (fewest taps taken, DFT points N, outputs per tile m), with N - m + 1 >= the kernel's span and m a
 # whole number of 16-column tiles. On a 2-core Zen 2, against the direct kernel, one conv at a time
-# (`python -m kokoro_tvm.studies.frequency_convs --all`; NOTES/performance.md): undilated 11 taps 1.7x, 7 taps
-# 1.1-1.2x; 11 taps at dilation 3 1.1-1.7x; 3 taps, and 7 taps dilated, slower; 11 at dilation 5 within 15%.
+# (`python -m kokoro_tvm.studies.frequency_convs --all`; NOTES/performance.md): undilated 11 taps 1.6-1.8x, 7 taps
+# 1.1x; 11 taps at dilation 3 1.1-1.4x; 3 taps, and 7 taps dilated, slower; 11 at dilation 5 within 15%.
 TILINGS = {1: (7, 64, 48), 3: (11, 128, 96)}
+# A conv wider than WIDE_CHANNELS has a spectrum of 35-69 MB (B x 2O x 2C floats), read from memory at every call:
+# in the decoder only the 11-tap undilated ones paid for theirs (the bench sentence 3.49 s without any of the
+# 256-channel ones, 3.31 s with those, 3.23 s with all, for 1.59 / 1.73 / 2.09 GB peak memory).
+WIDE_CHANNELS, WIDE_TILINGS = 128, {1: (11, 64, 48)}
 MIN_CHANNELS = 64  # narrower convs (the 22-channel harmonic one) stay direct: not measured, the DFTs weigh more
 TILE_COLUMNS = 16  # the tile axis T in whole column tiles of the contraction kernel
 
 
-def tiling(taps: int, dilation: int) -> tuple[int, int] | None:
-    """(N, m) for a conv of `taps` taps at `dilation`, or None where the direct kernel is kept."""
-    if dilation not in TILINGS:
+def tiling(taps: int, dilation: int, channels: int) -> tuple[int, int] | None:
+    """(N, m) for a conv of `taps` taps at `dilation` whose wider side has `channels` channels, or None where the
+    direct kernel is kept."""
+    rule = (TILINGS if channels <= WIDE_CHANNELS else WIDE_TILINGS).get(dilation)
+    if rule is None:
         return None
-    fewest, points, step = TILINGS[dilation]
+    fewest, points, step = rule
     return (points, step) if taps >= fewest and dilation * (taps - 1) + 1 <= points - step + 1 else None
 
 
@@ -142,7 +148,7 @@ class _FrequencyConvs(PyExprMutator):
             return None
         (dilation,), (left, right) = ints(attrs.dilation), ints(attrs.padding)
         span = dilation * (w_shape[2] - 1) + 1
-        chosen = self.choose(w_shape[2], dilation)
+        chosen = self.choose(w_shape[2], dilation, max(w_shape[:2]))
         return None if chosen is None or left + right != span - 1 else (*chosen, dilation, left)
 
     def _rewritten(self, call, points: int, step: int, dilation: int, left: int):
@@ -178,7 +184,7 @@ class _FrequencyConvs(PyExprMutator):
 
 def FrequencyDomainConvs(choose=None, rows: int | None = None):  # noqa: N802 (TVM pass naming)
     """Every float32 conv1d (one utterance, stride 1, no groups, output as long as the input, 64 channels or
-    more) by a kernel computed from the function's weights alone for whose taps and dilation `choose` (default:
-    `tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the register tile's rows
+    more) by a kernel computed from the function's weights alone for whose taps, dilation and channels `choose`
+    (default: `tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the register tile's rows
     where the product's rows are padded to whole tiles (kokoro_tvm.compiler.pipeline.aligned_conv_rows)."""
     return rewriting_pass("FrequencyDomainConvs", lambda mod: _FrequencyConvs(mod, choose or tiling, rows))
