@@ -13,6 +13,7 @@ from kokoro_tvm.compiler.passes import FrequencyDomainConvs
 from kokoro_tvm.compiler.passes.frequency_conv import dft_matrices, tiling
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, frequency_domain_convs, lift_weight_transforms
 from kokoro_tvm.compiler.targets import host_target
+from kokoro_tvm.studies.frequency_convs import conv_module
 
 # float32 against float64: the DFT sums (64 or 128 terms) and the product's 2C-term sums each round to float32;
 # the direct kernel's error on these shapes is 5e-7 to 1e-6 of the output's norm, the frequency one's 3.5e-7 to
@@ -23,16 +24,7 @@ CHANNELS = 64
 
 
 def _conv_module(length, taps: int, dilation: int, dtype: str = "float32"):
-    """main(x [1, C, length]; w [C, C, taps]) = conv1d with 'same' padding, w a weight (num_input = 1)."""
-    builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, CHANNELS, length), dtype))
-    w = relax.Var("w", relax.TensorType((CHANNELS, CHANNELS, taps), dtype))
-    with builder.function("main", [x, w], attrs={"num_input": 1}):
-        with builder.dataflow():
-            padding = dilation * (taps - 1) // 2
-            out = builder.emit_output(relax.op.nn.conv1d(x, w, padding=padding, dilation=dilation))
-        builder.emit_func_output(out)
-    return builder.get()
+    return conv_module(CHANNELS, length, taps, dilation, dtype)
 
 
 def _inputs(steps: int, taps: int, seed: int = 0):

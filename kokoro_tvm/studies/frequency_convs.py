@@ -24,10 +24,12 @@ KERNELS = ((11, 1), (7, 1), (3, 1), (11, 3), (7, 3), (11, 5), (7, 5))  # (taps, 
 FORCED_TILINGS = {1: (64, 48), 3: (128, 96), 5: (128, 64)}  # --all: a tile for each dilation (span <= N - m + 1)
 
 
-def _conv_module(channels: int, steps: int, taps: int, dilation: int):
+def conv_module(channels: int, length, taps: int, dilation: int, dtype: str = "float32"):
+    """main(x [1, C, length]; w [C, C, taps]) = conv1d with 'same' padding, w a weight (num_input = 1); `length`
+    an int or a symbolic TIR variable."""
     builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, channels, steps), "float32"))
-    w = relax.Var("w", relax.TensorType((channels, channels, taps), "float32"))
+    x = relax.Var("x", relax.TensorType((1, channels, length), dtype))
+    w = relax.Var("w", relax.TensorType((channels, channels, taps), dtype))
     with builder.function("main", [x, w], attrs={"num_input": 1}):
         with builder.dataflow():
             padding = dilation * (taps - 1) // 2
@@ -52,7 +54,7 @@ def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forc
     tiling = (lambda _taps, d, _channels: FORCED_TILINGS.get(d)) if forced else None
     runners, record = {}, {"channels": channels, "steps": steps, "taps": taps, "dilation": dilation}
     for name, on in (("direct", False), ("frequency", True)):
-        lifted = lift_weight_transforms(_conv_module(channels, steps, taps, dilation), target=host_target(),
+        lifted = lift_weight_transforms(conv_module(channels, steps, taps, dilation), target=host_target(),
                                         frequency_convs=on, frequency_tiling=tiling)  # fmt: skip
         runner = compile_and_load(lifted, params=[w], transform_params=TRANSFORM_PARAMS)
         got = np.asarray(runner(x)[0], dtype=np.float64)

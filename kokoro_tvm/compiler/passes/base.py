@@ -85,6 +85,7 @@ def shape_of(expr) -> list | None:
         return None
     return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape.values]
 
+
 def alignment_pad(length, align: int = ALIGN) -> int:
     """Steps to add to a conv's output `length` so it is a whole number of `align`-step column tiles. For a
     symbolic length the pad must be one number for every tile count: `16k` needs a different pad to reach a
@@ -102,6 +103,18 @@ def slice_last_axis(x, begin, end):
     """x[..., begin:end] on the last axis, bounds known to be in range (no clamping terms in a symbolic
     length: they would leave shapes the later passes cannot match)."""
     return relax.op.strided_slice(x, axes=[2], begin=[begin], end=[end], assume_inbound=True)
+
+
+def weight_names(func) -> set[str]:
+    """The names of a Relax function's weights: its parameters after the first `num_input` (none without it)."""
+    inputs = func.attrs.get("num_input") if func.attrs is not None else None
+    return {p.name for p in func.params[int(inputs) :]} if inputs is not None else set()
+
+
+def from_weights_alone(mutator: PyExprMutator, expr, weights: set[str]) -> bool:
+    """Whether `expr` is computed from some of `weights` and nothing else (so its work can be lifted to load)."""
+    names = parameter_names(mutator, expr)
+    return bool(names) and names <= weights
 
 
 def parameter_names(mutator: PyExprMutator, expr, depth: int | None = None) -> set[str]:
@@ -125,5 +138,3 @@ def parameter_names(mutator: PyExprMutator, expr, depth: int | None = None) -> s
         elif isinstance(node, relax.TupleGetItem):
             stack.append((node.tuple_value, level))
     return names
-
-

@@ -26,7 +26,14 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from kokoro_tvm.compiler.passes.base import ints, parameter_names, rewriting_pass, shape_of, static_shape
+from kokoro_tvm.compiler.passes.base import (
+    from_weights_alone,
+    ints,
+    rewriting_pass,
+    shape_of,
+    static_shape,
+    weight_names,
+)
 
 # Per dilation: (fewest taps taken, DFT points N, outputs per tile m), with N - m + 1 >= the kernel's span and m a
 # whole number of 16-column tiles. On a 2-core Zen 2, against the direct kernel, one conv at a time
@@ -122,8 +129,7 @@ class _FrequencyConvs(PyExprMutator):
         self.weights: set[str] = set()
 
     def visit_function_(self, func):
-        inputs = func.attrs.get("num_input") if func.attrs is not None else None
-        self.weights = {p.name for p in func.params[int(inputs) :]} if inputs is not None else set()
+        self.weights = weight_names(func)
         return super().visit_function_(func)
 
     def visit_call_(self, call):
@@ -144,7 +150,7 @@ class _FrequencyConvs(PyExprMutator):
             return None
         if attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "void", "float32"):
             return None
-        if not (names := parameter_names(self, w)) or not names <= self.weights:
+        if not from_weights_alone(self, w, self.weights):
             return None
         (dilation,), (left, right) = ints(attrs.dilation), ints(attrs.padding)
         span = dilation * (w_shape[2] - 1) + 1
@@ -172,7 +178,6 @@ class _FrequencyConvs(PyExprMutator):
         full = self.builder_.emit_te(_inverse, mixed, inverse, outputs, primfunc_name_hint="inverse_dft")
         full = emit(relax.op.reshape(full, (1, outputs, tiles * step)))
         return relax.op.strided_slice(full, axes=[2], begin=[0], end=[length], assume_inbound=True)
-
 
     def _extra_rows(self, outputs: int) -> int:
         """Rows to add to each half of the product so that its 2 O' rows are a multiple of `rows`."""

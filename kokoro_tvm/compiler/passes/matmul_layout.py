@@ -18,7 +18,7 @@ import tvm
 from tvm import relax, te
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from kokoro_tvm.compiler.passes.base import parameter_names, rewriting_pass, static_shape
+from kokoro_tvm.compiler.passes.base import from_weights_alone, rewriting_pass, static_shape, weight_names
 
 # Fewer rows than this, all static (the style projections' one row), are a column reduction, not a tiled
 # contraction (kokoro_tvm.compiler.schedule.cpu.column_reduction): their layout stays.
@@ -46,8 +46,7 @@ class _MatmulPacker(PyExprMutator):
         self.weights: set[str] = set()
 
     def visit_function_(self, func):
-        inputs = func.attrs.get("num_input") if func.attrs is not None else None
-        self.weights = {p.name for p in func.params[int(inputs) :]} if inputs is not None else set()
+        self.weights = weight_names(func)
         return super().visit_function_(func)
 
     def visit_call_(self, call):
@@ -66,8 +65,7 @@ class _MatmulPacker(PyExprMutator):
             return False
         if str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or x.ty.ndim < 2:
             return False
-        names = parameter_names(self, w)
-        if not names or not names <= self.weights:
+        if not from_weights_alone(self, w, self.weights):
             return False
         rows = static_shape(x)
         return rows is None or math.prod(rows[:-1]) >= MIN_ROWS
