@@ -10,13 +10,15 @@ which the product's O-fold reuse pays for when k is long. Each step is a contrac
 
     frames    F[c, n, t] = x[c, t m + n - pad]                       (zero outside x)
     forward   X[c, j, t] = sum_n D[j, n] F[c, n, t]                  j = 2 b + s: bin b, re / im s
-    product   Y[b, r, t] = sum_(s, c) W[b, r, s C + c] X[c, 2b + s, t]  W[b] = [[Gr, -Gi], [Gi, Gr]], 2O x 2C
-    inverse   y[o, t, q] = sum_(b, s) Y[b, s O + o, t] E[2b + s, q]  q < m: the valid outputs of tile t
+    product   Y[b, r, t] = sum_(s, c) W[b, r, s C + c] X[c, 2b + s, t]  W[b] = [[Gr, -Gi], [Gi, Gr]], 2O' x 2C
+    inverse   y[o, t, q] = sum_(b, s) Y[b, s O' + o, t] E[2b + s, q] q < m: the valid outputs of tile t
+
+(O' >= O: on AVX2 each half of the product's rows is padded with zero rows to whole 6-row register tiles.)
 
 G = conj(DFT(w)) per channel pair (a correlation, as conv1d computes) is computed from the weights alone, so
 `lift_weight_transforms` makes it once, at load. The values are the conv's to float32 rounding (about 4e-7 of
-the output's norm against a float64 conv, as the direct kernel's 7e-7; tests/test_cpu_schedule.py), not bit for
-bit: only the fp32 builds on a CPU take it (kokoro_tvm.compiler.pipeline.frequency_domain_convs).
+the output's norm against a float64 conv, as the direct kernel's 7e-7; tests/test_frequency_conv.py), not bit for
+bit: only fp32 builds for AVX2 take it (kokoro_tvm.compiler.pipeline.frequency_domain_convs).
 """
 
 from __future__ import annotations
