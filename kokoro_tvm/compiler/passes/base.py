@@ -28,21 +28,30 @@ def rewriting_pass(name: str, make_rewriter):
     return _pass
 
 
-def call_rewriting_pass(name: str, op_name: str, rewrite, with_builder: bool = False):
+def call_rewriting_pass(name: str, op_name: str, rewrite, with_builder: bool = False, with_mutator: bool = False):
     """A Relax rewrite of one operator: every call of `op_name` (its arguments already rewritten) becomes
     `rewrite(call)`, which returns the call itself where it changes nothing; `with_builder`: `rewrite(call,
-    builder)`, for a rewrite that adds a PrimFunc to the module (`builder.add_func`)."""
+    builder)`, for a rewrite that adds a PrimFunc to the module (`builder.add_func`); `with_mutator`:
+    `rewrite(call, mutator)`, for one that asks what an operand is computed from (`from_weights_alone`) and emits
+    through `mutator.builder_`."""
 
     @mutator
     class _CallRewriter(PyExprMutator):
         def __init__(self, mod):
             super().__init__(mod)
             self.op = tvm.ir.Op.get(op_name)
+            self.weights: set[str] = set()  # the current function's weights (weight_names)
+
+        def visit_function_(self, func):
+            self.weights = weight_names(func)
+            return super().visit_function_(func)
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
             if not call.op.same_as(self.op):
                 return call
+            if with_mutator:
+                return rewrite(call, self)
             return rewrite(call, self.builder_) if with_builder else rewrite(call)
 
     return rewriting_pass(name, _CallRewriter)
@@ -111,10 +120,11 @@ def weight_names(func) -> set[str]:
     return {p.name for p in func.params[int(inputs) :]} if inputs is not None else set()
 
 
-def from_weights_alone(mutator: PyExprMutator, expr, weights: set[str]) -> bool:
-    """Whether `expr` is computed from some of `weights` and nothing else (so its work can be lifted to load)."""
+def from_weights_alone(mutator: PyExprMutator, expr) -> bool:
+    """Whether `expr` is computed from some of the weights of the function `mutator` (a call_rewriting_pass's,
+    with_mutator) is in, and nothing else: its work can be lifted to load."""
     names = parameter_names(mutator, expr)
-    return bool(names) and names <= weights
+    return bool(names) and names <= mutator.weights
 
 
 def parameter_names(mutator: PyExprMutator, expr, depth: int | None = None) -> set[str]:

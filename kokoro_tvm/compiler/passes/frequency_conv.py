@@ -23,19 +23,12 @@ bit: only fp32 builds for AVX2 take it (kokoro_tvm.compiler.pipeline.frequency_d
 
 from __future__ import annotations
 
-import numpy as np
-import tvm
-from tvm import relax, te, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
+import math
 
-from kokoro_tvm.compiler.passes.base import (
-    from_weights_alone,
-    ints,
-    rewriting_pass,
-    shape_of,
-    static_shape,
-    weight_names,
-)
+import numpy as np
+from tvm import relax, te, tirx
+
+from kokoro_tvm.compiler.passes.base import call_rewriting_pass, from_weights_alone, ints, shape_of, static_shape
 
 # Per dilation: (fewest taps taken, DFT points N, outputs per tile m), with N - m + 1 >= the kernel's span and m a
 # whole number of 16-column tiles. On a 2-core Zen 2, against the direct kernel, one conv at a time
@@ -122,76 +115,65 @@ def _inverse(products: te.Tensor, idft: te.Tensor, outputs: int) -> te.Tensor:
     )
 
 
-@mutator
-class _FrequencyConvs(PyExprMutator):
-    def __init__(self, mod, choose, rows: int | None):
-        super().__init__(mod)
-        self.choose, self.rows = choose, rows
-        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
-        self.weights: set[str] = set()
+def _chosen(call, mutator, choose):
+    """(N, m, dilation, left pad) for a conv1d the pass takes, or None."""
+    attrs, x, w = call.attrs, call.args[0], call.args[1]
+    w_shape, x_shape = static_shape(w), shape_of(x)
+    if w_shape is None or x_shape is None or x_shape[0] != 1 or int(attrs.groups) != 1:
+        return None
+    if attrs.data_layout != "NCW" or attrs.kernel_layout != "OIW" or ints(attrs.strides) != [1]:
+        return None
+    if str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or min(w_shape[:2]) < MIN_CHANNELS:
+        return None
+    if attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "void", "float32"):
+        return None
+    if not from_weights_alone(mutator, w):
+        return None
+    (dilation,), (left, right) = ints(attrs.dilation), ints(attrs.padding)
+    span = dilation * (w_shape[2] - 1) + 1
+    chosen = choose(w_shape[2], dilation, max(w_shape[:2]))
+    return None if chosen is None or left + right != span - 1 else (*chosen, dilation, left)
 
-    def visit_function_(self, func):
-        self.weights = weight_names(func)
-        return super().visit_function_(func)
 
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not call.op.same_as(self.conv1d):
-            return call
-        chosen = self._chosen(call)
-        return call if chosen is None else self._rewritten(call, *chosen)
-
-    def _chosen(self, call):
-        attrs, x, w = call.attrs, call.args[0], call.args[1]
-        w_shape, x_shape = static_shape(w), shape_of(x)
-        if w_shape is None or x_shape is None or x_shape[0] != 1 or int(attrs.groups) != 1:
-            return None
-        if attrs.data_layout != "NCW" or attrs.kernel_layout != "OIW" or ints(attrs.strides) != [1]:
-            return None
-        if str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or min(w_shape[:2]) < MIN_CHANNELS:
-            return None
-        if attrs.out_dtype is not None and str(attrs.out_dtype) not in ("", "void", "float32"):
-            return None
-        if not from_weights_alone(self, w, self.weights):
-            return None
-        (dilation,), (left, right) = ints(attrs.dilation), ints(attrs.padding)
-        span = dilation * (w_shape[2] - 1) + 1
-        chosen = self.choose(w_shape[2], dilation, max(w_shape[:2]))
-        return None if chosen is None or left + right != span - 1 else (*chosen, dilation, left)
-
-    def _rewritten(self, call, points: int, step: int, dilation: int, left: int):
-        x, w = call.args
-        outputs, channels, taps = static_shape(w)
-        length = shape_of(x)[2]
-        emit = self.builder_.emit
-        cos, sin = (relax.const(m.astype("float32")) for m in kernel_spectra(taps, dilation, points))
-        real = emit(relax.op.permute_dims(relax.op.matmul(w, cos), [2, 0, 1]))  # [B, O, C]
-        imag = emit(relax.op.permute_dims(relax.op.matmul(w, sin), [2, 0, 1]))
-        if extra := self._extra_rows(outputs):  # zero rows: the product's 2 O' rows in whole register tiles
-            real, imag = (emit(relax.op.nn.pad(v, pad_width=[0, 0, 0, extra, 0, 0])) for v in (real, imag))
-        top = relax.op.concat([real, relax.op.negative(imag)], axis=2)
-        product = emit(relax.op.concat([top, relax.op.concat([imag, real], axis=2)], axis=1))  # [B, 2O, 2C]
-        forward, inverse = (relax.const(m.astype("float32")) for m in dft_matrices(points, step))
-        block = TILE_COLUMNS * step
-        tiles = (length + block - 1) // block * TILE_COLUMNS
-        frames = self.builder_.emit_te(_frames, x, points, step, tiles, left, primfunc_name_hint="frames")
-        spectra = self.builder_.emit_te(_forward, forward, frames, primfunc_name_hint="forward_dft")
-        mixed = self.builder_.emit_te(_product, product, spectra, primfunc_name_hint="spectral_product")
-        full = self.builder_.emit_te(_inverse, mixed, inverse, outputs, primfunc_name_hint="inverse_dft")
-        full = emit(relax.op.reshape(full, (1, outputs, tiles * step)))
-        return relax.op.strided_slice(full, axes=[2], begin=[0], end=[length], assume_inbound=True)
-
-    def _extra_rows(self, outputs: int) -> int:
-        """Rows to add to each half of the product so that its 2 O' rows are a multiple of `rows`."""
-        extra = 0
-        while self.rows and (2 * (outputs + extra)) % self.rows:
-            extra += 1
-        return extra
+def _in_frequency_domain(call, mutator, choose, rows: int | None):
+    """The conv1d `call` as overlap-save DFT products (module docstring), or the call itself."""
+    chosen = _chosen(call, mutator, choose)
+    if chosen is None:
+        return call
+    points, step, dilation, left = chosen
+    x, w = call.args
+    outputs, channels, taps = static_shape(w)
+    length = shape_of(x)[2]
+    builder = mutator.builder_
+    emit = builder.emit
+    cos, sin = (relax.const(m.astype("float32")) for m in kernel_spectra(taps, dilation, points))
+    real = emit(relax.op.permute_dims(relax.op.matmul(w, cos), [2, 0, 1]))  # [B, O, C]
+    imag = emit(relax.op.permute_dims(relax.op.matmul(w, sin), [2, 0, 1]))
+    # zero rows so that the product's 2 O' rows fill whole register tiles of `rows`
+    if extra := (-outputs % (rows // math.gcd(rows, 2)) if rows else 0):
+        real, imag = (emit(relax.op.nn.pad(v, pad_width=[0, 0, 0, extra, 0, 0])) for v in (real, imag))
+    top = relax.op.concat([real, relax.op.negative(imag)], axis=2)
+    product = emit(relax.op.concat([top, relax.op.concat([imag, real], axis=2)], axis=1))  # [B, 2O', 2C]
+    forward, inverse = (relax.const(m.astype("float32")) for m in dft_matrices(points, step))
+    block = TILE_COLUMNS * step
+    tiles = (length + block - 1) // block * TILE_COLUMNS
+    frames = builder.emit_te(_frames, x, points, step, tiles, left, primfunc_name_hint="frames")
+    spectra = builder.emit_te(_forward, forward, frames, primfunc_name_hint="forward_dft")
+    mixed = builder.emit_te(_product, product, spectra, primfunc_name_hint="spectral_product")
+    full = builder.emit_te(_inverse, mixed, inverse, outputs, primfunc_name_hint="inverse_dft")
+    full = emit(relax.op.reshape(full, (1, outputs, tiles * step)))
+    return relax.op.strided_slice(full, axes=[2], begin=[0], end=[length], assume_inbound=True)
 
 
 def FrequencyDomainConvs(choose=None, rows: int | None = None):  # noqa: N802 (TVM pass naming)
     """Every float32 conv1d (one utterance, stride 1, no groups, output as long as the input, 64 channels or
     more) by a kernel computed from the function's weights alone for whose taps, dilation and channels `choose`
-    (default: `tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the register tile's rows
-    where the product's rows are padded to whole tiles (kokoro_tvm.compiler.pipeline.aligned_conv_rows)."""
-    return rewriting_pass("FrequencyDomainConvs", lambda mod: _FrequencyConvs(mod, choose or tiling, rows))
+    (default: `tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the register tile's
+    rows where the product's rows are padded to whole tiles (kokoro_tvm.compiler.pipeline.aligned_conv_rows)."""
+    choose = choose or tiling
+    return call_rewriting_pass(
+        "FrequencyDomainConvs",
+        "relax.nn.conv1d",
+        lambda call, m: _in_frequency_domain(call, m, choose, rows),
+        with_mutator=True,
+    )

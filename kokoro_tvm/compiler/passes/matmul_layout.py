@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import math
 
-import tvm
 from tvm import relax, te
-from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from kokoro_tvm.compiler.passes.base import from_weights_alone, rewriting_pass, static_shape, weight_names
+from kokoro_tvm.compiler.passes.base import call_rewriting_pass, from_weights_alone, static_shape
 
 # Fewer rows than this, all static (the style projections' one row), are a column reduction, not a tiled
 # contraction (kokoro_tvm.compiler.schedule.cpu.column_reduction): their layout stays.
@@ -37,42 +35,33 @@ def panel_matmul(x: te.Tensor, panels: te.Tensor) -> te.Tensor:
     )
 
 
-@mutator
-class _MatmulPacker(PyExprMutator):
-    def __init__(self, mod, columns: int):
-        super().__init__(mod)
-        self.columns = columns
-        self.matmul = tvm.ir.Op.get("relax.matmul")
-        self.weights: set[str] = set()
+def _panels(call, mutator, columns: int):
+    """The matmul `call` reading its weight as panels `columns` wide, or the call itself."""
+    x, w = call.args
+    if not _packable(mutator, x, w, columns):
+        return call
+    depth, width = static_shape(w)
+    panels = mutator.builder_.emit(relax.op.reshape(w, (depth, width // columns, columns)))
+    panels = mutator.builder_.emit(relax.op.permute_dims(panels, [1, 0, 2]))
+    return mutator.builder_.emit_te(panel_matmul, x, panels, primfunc_name_hint="panel_matmul")
 
-    def visit_function_(self, func):
-        self.weights = weight_names(func)
-        return super().visit_function_(func)
 
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not call.op.same_as(self.matmul) or not self._packable(*call.args):
-            return call
-        x, w = call.args
-        depth, width = static_shape(w)
-        panels = self.builder_.emit(relax.op.reshape(w, (depth, width // self.columns, self.columns)))
-        panels = self.builder_.emit(relax.op.permute_dims(panels, [1, 0, 2]))
-        return self.builder_.emit_te(panel_matmul, x, panels, primfunc_name_hint="panel_matmul")
-
-    def _packable(self, x, w) -> bool:
-        shape = static_shape(w)
-        if shape is None or len(shape) != 2 or shape[1] % self.columns or shape[1] == self.columns:
-            return False
-        if str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or x.ty.ndim < 2:
-            return False
-        if not from_weights_alone(self, w, self.weights):
-            return False
-        rows = static_shape(x)
-        return rows is None or math.prod(rows[:-1]) >= MIN_ROWS
+def _packable(mutator, x, w, columns: int) -> bool:
+    shape = static_shape(w)
+    if shape is None or len(shape) != 2 or shape[1] % columns or shape[1] == columns:
+        return False
+    if str(x.ty.dtype) != "float32" or str(w.ty.dtype) != "float32" or x.ty.ndim < 2:
+        return False
+    if not from_weights_alone(mutator, w):
+        return False
+    rows = static_shape(x)
+    return rows is None or math.prod(rows[:-1]) >= MIN_ROWS
 
 
 def PackMatmulWeights(columns: int):  # noqa: N802 (TVM pass naming)
     """Every float32 matmul of activations (8 rows or more, or a symbolic count) by a matrix computed from the
     function's weights alone, whose N columns are a multiple of `columns`, reads that matrix as column panels
     `columns` wide."""
-    return rewriting_pass("PackMatmulWeights", lambda mod: _MatmulPacker(mod, columns))
+    return call_rewriting_pass(
+        "PackMatmulWeights", "relax.matmul", lambda call, m: _panels(call, m, columns), with_mutator=True
+    )
