@@ -14,6 +14,7 @@ from kernel_asm import executable_asm, hot_loop
 from tvm import relax
 
 from kokoro_tvm.compiler import bf16, packed
+from kokoro_tvm.compiler.passes import SnakeSine
 from kokoro_tvm.compiler.targets import host_target
 
 needs_bf16 = pytest.mark.skipif(not bf16.host_supports_bf16(), reason="this CPU has no AVX512_BF16")
@@ -209,7 +210,7 @@ def test_snake_sine_goes_float32_and_sinegen_sine_stays():
             harmonic = bb.emit(relax.op.sin(phase))
             out = bb.emit_output(relax.op.add(snake, harmonic))
         bb.emit_func_output(out)
-    text = bf16.Bf16SnakeSine(("decoder.generator.",))(bb.get()).script()
+    text = SnakeSine(("decoder.generator.",), bf16.SNAKE_SINE_TERMS)(bb.get()).script()
     assert text.count("R.sin(") == 1  # SineGen's: untouched
     assert "float64" not in text  # Snake's: a float32 polynomial
 

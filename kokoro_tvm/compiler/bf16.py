@@ -36,8 +36,6 @@ from tvm import relax, te, tirx
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler import packed
-from kokoro_tvm.compiler.passes.base import parameter_names, rewriting_pass
-from kokoro_tvm.compiler.passes.sine import SineRewriter
 
 # Bump when the bf16 rewrite or kernel changes what a bf16 build computes or how (part of bf16 artifacts' keys
 # only: float32 and float64 artifacts stay valid). 2: operands passed by value (the tile stays in registers);
@@ -210,18 +208,7 @@ def Bf16Convolutions(select=lambda parameters: True):  # noqa: N802 (TVM pass na
     return packed.PackedConvolutions("Bf16Convolutions", KERNEL, select)
 
 
-SNAKE_ALPHA = "alpha"  # Snake's per-channel frequency parameters (alpha1 / alpha2 of the AdaIN resblocks)
-
-
-def Bf16SnakeSine(prefixes):  # noqa: N802 (TVM pass naming)
-    """Snake's sin(alpha * x) in the layers of `prefixes`, in float32 arithmetic (VectorizableSine with 6 Taylor
-    terms, error below float32's half ulp) instead of float64: its result is rounded to bf16 by the next conv's
-    packing, so float64 bought nothing there and cost the bf16 decoder a quarter of its time. SineGen's sine
-    (harmonics of F0: large phases, no alpha) is left alone."""
-    marks = tuple(p.replace(".", "_") for p in prefixes)
-
-    def select(mutator, argument) -> bool:
-        names = parameter_names(mutator, argument, depth=4)
-        return any(SNAKE_ALPHA in name and any(mark in name for mark in marks) for name in names)
-
-    return rewriting_pass("Bf16SnakeSine", lambda mod: SineRewriter(mod, "float32", select))
+# Snake's sine before a bf16 conv (passes.SnakeSine): 6 Taylor terms, error below float32's half ulp at 1; its
+# result is rounded to bf16 by the next conv's packing, so float64 bought nothing there and cost the bf16 decoder
+# a quarter of its time
+SNAKE_SINE_TERMS = 6

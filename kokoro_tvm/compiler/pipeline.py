@@ -63,28 +63,18 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from tvm import relax
     from tvm.s_tir import dlight
 
-    from kokoro_tvm.compiler import bf16, int8
+    from kokoro_tvm.compiler import bf16, int8, passes
     from kokoro_tvm.compiler.packed import ImportLLVMKernels
-    from kokoro_tvm.compiler.passes import (
-        AlignConvLengths,
-        CumsumInFloat64,
-        DemoteFloat64,
-        EpiloguePrefetch,
-        FoldConstantCalls,
-        IntegerPowers,
-        LibmExactExp,
-        PolyphaseConvTranspose,
-        VectorizableSine,
-    )
 
     target = _target(target)
     if target.kind.name in GPU_KINDS:
         from kokoro_tvm.compiler.schedule import gpu as schedule
 
         backend = relax.backend.gpu_generic.pipeline
-        rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), schedule.UseGPURecurrence]
-        sums = [schedule.UseGPURunningSum(), CumsumInFloat64()]  # PyTorch's rounding; any length (TVM's scan: not)
-        rewrites += [DemoteFloat64()] if target.kind.name == "metal" else sums  # Metal: no float64
+        rewrites = [passes.PolyphaseConvTranspose(), passes.AlignConvLengths(), schedule.UseGPURecurrence]
+        # PyTorch's rounding; any length (TVM's scan: not)
+        sums = [schedule.UseGPURunningSum(), passes.CumsumInFloat64()]
+        rewrites += [passes.DemoteFloat64()] if target.kind.name == "metal" else sums  # Metal: no float64
         counts = {} if coverage is None else coverage
         rules = schedule.rules(counts)
         count = [schedule.count_hand_written(counts)]
@@ -94,18 +84,20 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         from kokoro_tvm.compiler.schedule import cpu as schedule
 
         backend = relax.backend.cpu_generic.pipeline
-        rewrites = [PolyphaseConvTranspose(), AlignConvLengths(), VectorizableSine(), IntegerPowers(),
-                    CumsumInFloat64()]  # fmt: skip
+        # Snake's sines in float32 first, the rest (SineGen's) in float64
+        sines = [passes.SnakeSine(), passes.VectorizableSine()]
+        rewrites = [passes.PolyphaseConvTranspose(), passes.AlignConvLengths(), *sines, passes.IntegerPowers(),
+                    passes.CumsumInFloat64()]  # fmt: skip
         rules, count = schedule.rules(), []
-        prefetch = [EpiloguePrefetch()]
+        prefetch = [passes.EpiloguePrefetch()]
         scheduled = [
-            LibmExactExp(),
+            passes.LibmExactExp(),
             ImportLLVMKernels({"bf16_conv1d": bf16.LLVM_KERNEL, "int8_conv1d": int8.LLVM_KERNEL}),
         ]
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
-        FoldConstantCalls(), relax.transform.FoldConstant(),  # the first folds as the second, only faster
+        passes.FoldConstantCalls(), relax.transform.FoldConstant(),  # the first folds as the second, only faster
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ]
@@ -157,14 +149,15 @@ def precision_passes(component: str, precision: str) -> list:
     Snake activations feeding them with a float32 sine."""
     if check_arithmetic(precision) == "full" or component not in BF16_CONVOLUTIONS:
         return []
-    from kokoro_tvm.compiler.bf16 import Bf16Convolutions, Bf16SnakeSine, selected_by_name
+    from kokoro_tvm.compiler.bf16 import SNAKE_SINE_TERMS, Bf16Convolutions, selected_by_name
     from kokoro_tvm.compiler.int8 import Int8Convolutions
-    from kokoro_tvm.compiler.passes import PolyphaseConvTranspose
+    from kokoro_tvm.compiler.passes import PolyphaseConvTranspose, SnakeSine
 
     prefixes = BF16_CONVOLUTIONS[component]
     # int8 first: what it rewrites is no longer a float32 conv that the bf16 rewrite would take
     int8 = [Int8Convolutions(selected_by_name(INT8_CONVOLUTIONS.get(component, ())))] if precision == "int8" else []
-    return [PolyphaseConvTranspose(), *int8, Bf16Convolutions(selected_by_name(prefixes)), Bf16SnakeSine(prefixes)]
+    bf16 = Bf16Convolutions(selected_by_name(prefixes))
+    return [PolyphaseConvTranspose(), *int8, bf16, SnakeSine(prefixes, SNAKE_SINE_TERMS)]
 
 
 def aligned_conv_rows(target) -> int | None:

@@ -9,7 +9,8 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
   `lift_weight_transforms` in full-precision builds for AVX2; float32 rounding differs, not bit for bit);
 - matmul_layout.py: `PackMatmulWeights` (a matmul's weight matrix in column panels as wide as the CPU tile; run
   by `lift_weight_transforms` with AlignConvRows);
-- sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes);
+- sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes, in float64) and `SnakeSine`
+  (Snake's sine in float32 arithmetic, within 2 ulp);
 - powers.py: `IntegerPowers` (x^2, x^3 as products);
 - cumsum.py: `CumsumInFloat64` (a float32 running sum accumulated in float64, as PyTorch's CPU cumsum);
 - float64.py: `DemoteFloat64` (for Metal, which has no float64: float64 islands of a float32 graph in float32);
@@ -29,7 +30,7 @@ from kokoro_tvm.compiler.passes.libm_exp import LibmExactExp
 from kokoro_tvm.compiler.passes.matmul_layout import PackMatmulWeights
 from kokoro_tvm.compiler.passes.powers import IntegerPowers
 from kokoro_tvm.compiler.passes.prefetch import EpiloguePrefetch
-from kokoro_tvm.compiler.passes.sine import VectorizableSine
+from kokoro_tvm.compiler.passes.sine import SnakeSine, VectorizableSine
 
 __all__ = [
     "AlignConvLengths",
@@ -43,5 +44,6 @@ __all__ = [
     "LibmExactExp",
     "PackMatmulWeights",
     "PolyphaseConvTranspose",
+    "SnakeSine",
     "VectorizableSine",
 ]

@@ -2,8 +2,15 @@
 Snake evaluates one per element of every generator activation. It is replaced by elementwise arithmetic that
 vectorizes: argument reduction by pi and a Taylor polynomial, both in float64, rounded to float32 at the end
 (truncation error < 1e-11 for |r| <= pi/2, far below float32's half ulp, so results are the correctly rounded
-sine except at rare rounding ties). float64 graphs keep the exact `sin`. `SineRewriter` also takes a float32
-arithmetic and a selection (kokoro_tvm.compiler.bf16's Snake before a bf16 conv)."""
+sine except at rare rounding ties). float64 graphs keep the exact `sin`.
+
+`SnakeSine`: Snake's sin(alpha * x) (every generator activation, arguments of a few radians) in float32
+arithmetic instead, twice the vector lanes and no conversions: pi in three parts (Cody-Waite: k * PI_PARTS[0] and
+k * PI_PARTS[1] are exact for |k| < 2^12, so r = x - k pi keeps float32 accuracy up to |x| ~ 12,800) and a float32
+Taylor polynomial; within 2 ulp (1.3e-7) of the correctly rounded sine (tests/test_cpu_schedule.py). SineGen's
+sines (harmonics of F0: phases of thousands of radians, no alpha) stay with `VectorizableSine`. `terms` and
+`prefixes` serve kokoro_tvm.compiler.bf16, whose Snake is rounded to bf16 next.
+"""
 
 from __future__ import annotations
 
@@ -13,20 +20,23 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from kokoro_tvm.compiler.passes.base import rewriting_pass
+from kokoro_tvm.compiler.passes.base import parameter_names, rewriting_pass
 
-# Taylor terms r - r^3/3! + ...: in float64, 9 (to r^17/17!: |error| <= (pi/2)^19 / 19! < 1e-11); in float32,
-# for a sine whose result is rounded to bf16 next (kokoro_tvm.compiler.bf16), 6 (to r^11/11!: (pi/2)^13 / 13!
-# < 6e-8, float32's half ulp at 1; bf16 keeps 8 bits)
-SINE_TAYLOR_TERMS = {"float64": 9, "float32": 6}
+# Taylor terms r - r^3/3! + ...: in float64, 9 (to r^17/17!: |error| <= (pi/2)^19 / 19! < 1e-11); in float32, 7
+# (to r^13/13!: (pi/2)^15 / 15! < 1e-9, below the float32 rounding of the polynomial's own steps)
+SINE_TAYLOR_TERMS = {"float64": 9, "float32": 7}
+# pi = 3.140625 + 9.67502593994140625e-4 + the rest: the first two have 8 and 12 significant bits
+PI_PARTS = (3.140625, 9.67502593994140625e-4, math.pi - 3.140625 - 9.67502593994140625e-4)
+SNAKE_ALPHA = "alpha"  # Snake's per-channel frequency parameters (alpha1 / alpha2 of the AdaIN resblocks)
 
 
 @mutator
 class SineRewriter(PyExprMutator):
-    def __init__(self, mod, arithmetic: str = "float64", select=None):
+    def __init__(self, mod, arithmetic: str = "float64", select=None, terms: int | None = None):
         super().__init__(mod)
         self.sin = tvm.ir.Op.get("relax.sin")
         self.arithmetic, self.select = arithmetic, select
+        self.terms = terms or SINE_TAYLOR_TERMS[arithmetic]
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
@@ -42,17 +52,35 @@ class SineRewriter(PyExprMutator):
 
         x = emit(op.astype(call.args[0], arithmetic)) if arithmetic != "float32" else call.args[0]
         turns = emit(op.round(op.multiply(x, const(1 / math.pi))))  # k: nearest multiple of pi
-        r = emit(op.subtract(x, op.multiply(turns, const(math.pi))))  # |r| <= pi/2
+        parts = PI_PARTS if arithmetic == "float32" else (math.pi,)
+        r = x
+        for part in parts:
+            r = op.subtract(r, op.multiply(turns, const(part)))
+        r = emit(r)  # |r| <= pi/2
         r2 = emit(op.multiply(r, r))
         poly = const(0.0)
-        for n in range(SINE_TAYLOR_TERMS[arithmetic] - 1, 0, -1):  # Horner in r^2 on the coefficients of r^(2n+1)
+        for n in range(self.terms - 1, 0, -1):  # Horner in r^2 on the coefficients of r^(2n+1)
             poly = op.multiply(r2, op.add(const((-1) ** n / math.factorial(2 * n + 1)), poly))
         sine = op.add(r, op.multiply(r, poly))
         parity = op.subtract(turns, op.multiply(const(2.0), op.floor(op.multiply(turns, const(0.5)))))
         sign = op.subtract(const(1.0), op.multiply(const(2.0), parity))  # sin(r + k pi) = (-1)^k sin(r)
-        result = emit(op.multiply(sign, sine))
-        return op.astype(result, "float32") if arithmetic != "float32" else result
+        result = op.multiply(sign, sine)
+        # returned as a call, not a bound variable: a binding `sin_value = other_var` left in the graph stopped
+        # FuseOps from fusing the sine with its consumer (Snake's square), a pass over memory more per Snake
+        return op.astype(emit(result), "float32") if arithmetic != "float32" else result
 
 
 def VectorizableSine():  # noqa: N802 (TVM pass naming)
     return rewriting_pass("VectorizableSine", SineRewriter)
+
+
+def SnakeSine(prefixes: tuple[str, ...] = ("",), terms: int | None = None):  # noqa: N802 (TVM pass naming)
+    """Snake's sin(alpha * x) in the layers of `prefixes` (every Snake by default), in float32 arithmetic with
+    `terms` Taylor terms (module docstring)."""
+    marks = tuple(p.replace(".", "_") for p in prefixes)
+
+    def select(mutator, argument) -> bool:
+        names = parameter_names(mutator, argument, depth=4)
+        return any(SNAKE_ALPHA in name and any(mark in name for mark in marks) for name in names)
+
+    return rewriting_pass("SnakeSine", lambda mod: SineRewriter(mod, "float32", select, terms))
