@@ -89,6 +89,29 @@ def test_the_weight_work_is_lifted_and_the_rows_padded():
     assert _rel_l2(got, x, w, 1) <= REL_L2
 
 
+def test_the_work_before_the_conv_stays_out_of_the_frames():
+    """A Snake before the conv is computed once per sample in its own kernel; the frames only gather (fused into
+    the frames it ran 4/3 times per sample). Values as the conv of the Snake, in float64."""
+    from kokoro_tvm.compiler.pipeline import lower
+
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, CHANNELS, 200), "float32"))
+    w = relax.Var("w", relax.TensorType((CHANNELS, CHANNELS, 11), "float32"))
+    with builder.function("main", [x, w], attrs={"num_input": 1}):
+        with builder.dataflow():
+            wave = builder.emit(relax.op.sin(x))
+            snake = builder.emit(relax.op.add(x, relax.op.multiply(wave, wave)))
+            out = builder.emit_output(relax.op.nn.conv1d(snake, w, padding=5))
+        builder.emit_func_output(out)
+    lifted = _lifted(builder.get())
+    names = [gv.name_hint for gv, f in lower(lifted, host_target()).functions_items()
+             if isinstance(f, tvm.tirx.PrimFunc)]  # fmt: skip
+    assert any(n.startswith("frames") for n in names) and not any("frames" in n and "fused" in n for n in names)
+    xs, ws = _inputs(200, 11)
+    got = compile_and_load(lifted, params=[ws], transform_params=TRANSFORM_PARAMS)(xs)[0]
+    assert _rel_l2(got, xs + np.sin(xs.astype(np.float64)) ** 2, ws, 1) <= REL_L2
+
+
 AVX2 = {"kind": "llvm", "mtriple": "x86_64-pc-linux-gnu", "mcpu": "haswell"}
 
 
