@@ -28,12 +28,11 @@ def rewriting_pass(name: str, make_rewriter):
     return _pass
 
 
-def call_rewriting_pass(name: str, op_name: str, rewrite, with_builder: bool = False, with_mutator: bool = False):
+def call_rewriting_pass(name: str, op_name: str, rewrite, with_mutator: bool = False):
     """A Relax rewrite of one operator: every call of `op_name` (its arguments already rewritten) becomes
-    `rewrite(call)`, which returns the call itself where it changes nothing; `with_builder`: `rewrite(call,
-    builder)`, for a rewrite that adds a PrimFunc to the module (`builder.add_func`); `with_mutator`:
-    `rewrite(call, mutator)`, for one that asks what an operand is computed from (`from_weights_alone`) and emits
-    through `mutator.builder_`."""
+    `rewrite(call)`, which returns the call itself where it changes nothing; `with_mutator`: `rewrite(call,
+    mutator)`, for one that emits or adds PrimFuncs through `mutator.builder_` or asks what an operand is
+    computed from (`from_weights_alone`)."""
 
     @mutator
     class _CallRewriter(PyExprMutator):
@@ -50,9 +49,7 @@ def call_rewriting_pass(name: str, op_name: str, rewrite, with_builder: bool = F
             call = super().visit_call_(call)
             if not call.op.same_as(self.op):
                 return call
-            if with_mutator:
-                return rewrite(call, self)
-            return rewrite(call, self.builder_) if with_builder else rewrite(call)
+            return rewrite(call, self) if with_mutator else rewrite(call)
 
     return rewriting_pass(name, _CallRewriter)
 

@@ -45,7 +45,7 @@ def UseGPURecurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 (TV
     return mod
 
 
-def _running_sum(call: relax.Call, builder: relax.BlockBuilder, accumulator: str):
+def _running_sum(call: relax.Call, mutator, accumulator: str):
     """`call` (a relax.cumsum) as a call of the serial GPU kernel, or `call` itself where the kernel does not
     apply (no axis, an exclusive sum, a change of dtype, a symbolic size off the summed axis)."""
     x, attrs = call.args[0], call.attrs
@@ -59,7 +59,7 @@ def _running_sum(call: relax.Call, builder: relax.BlockBuilder, accumulator: str
     if not all(isinstance(size, int) for size in others):
         return call
     outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
-    kernel = builder.add_func(gpu_running_sum_kernel(outer, inner, dtype, accumulator), "running_sum_gpu")
+    kernel = mutator.builder_.add_func(gpu_running_sum_kernel(outer, inner, dtype, accumulator), "running_sum_gpu")
     columns = [outer, shape[axis], inner]
     if len(shape) == 3 and axis == 1:  # already [outer, N, inner]: no reshape (each would be a copy kernel)
         return relax.call_tir(kernel, [x], relax.TensorType(columns, dtype))
@@ -71,7 +71,7 @@ def UseGPURunningSum(accumulator: str = "float64"):  # noqa: N802 (TVM pass nami
     """Every running sum the serial GPU kernel can take, computed by it with an `accumulator` sum (float64:
     PyTorch's CPU cumsum bit for bit, but for rare last-bit ties)."""
     return call_rewriting_pass("UseGPURunningSum", "relax.cumsum",
-                               functools.partial(_running_sum, accumulator=accumulator), with_builder=True)  # fmt: skip
+                               functools.partial(_running_sum, accumulator=accumulator), with_mutator=True)  # fmt: skip
 
 
 def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
