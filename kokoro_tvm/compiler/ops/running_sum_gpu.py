@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from tvm.script import tirx as T
 
+from kokoro_tvm.compiler.passes.base import OPAQUE
+
 THREADS_PER_BLOCK = 128
-OPAQUE = 8  # TVM's OpPatternKind kOpaque: never fused with its neighbours
 
 
 def gpu_running_sum_kernel(outer: int, inner: int, dtype: str, accumulator: str, bind_threads: bool = True):

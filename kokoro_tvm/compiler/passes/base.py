@@ -12,6 +12,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from kokoro_tvm.compiler.sizes import static_value
 
 ALIGN = 32  # a whole number of the conv kernel's column tiles (one or two AVX-512 float32 vectors)
+OPAQUE = 8  # TVM's OpPatternKind kOpaque, as a PrimFunc's "op_pattern": FuseOps never fuses it with its neighbours
 
 
 def rewriting_pass(name: str, make_rewriter):

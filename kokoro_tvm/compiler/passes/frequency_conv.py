@@ -28,7 +28,14 @@ import math
 import numpy as np
 from tvm import relax, te, tirx
 
-from kokoro_tvm.compiler.passes.base import call_rewriting_pass, from_weights_alone, ints, shape_of, static_shape
+from kokoro_tvm.compiler.passes.base import (
+    OPAQUE,
+    call_rewriting_pass,
+    from_weights_alone,
+    ints,
+    shape_of,
+    static_shape,
+)
 
 # Per dilation: (fewest taps taken, DFT points N, outputs per tile m), with N - m + 1 >= the kernel's span and m a
 # whole number of 16-column tiles. On a 2-core Zen 2, against the direct kernel, one conv at a time
@@ -113,10 +120,6 @@ def _inverse(products: te.Tensor, idft: te.Tensor, outputs: int) -> te.Tensor:
         lambda o, t, q: te.sum(products[b, s * padded + o, t] * idft[2 * b + s, q], axis=[b, s]),
         name="inverse_dft",
     )
-
-
-# TVM's op pattern kinds (relay/op_attr_types.h): kOpaque = 8
-OPAQUE = 8
 
 
 def _keep_producers_out(builder, frames) -> None:
