@@ -7,10 +7,15 @@ with one, the scheduler at that address (`dask scheduler`,
 then `dask worker ADDRESS` on each machine: NOTES/scale.md). A scheduler that does not answer within `timeout` is
 one `ClusterError` line.
 
-`check_workers(client)`: every worker reports its facts (`worker_facts`: project and TVM versions, weights
+`check_workers(client)`: waits up to WORKER_WAIT_S for a first worker (workers started beside the scheduler are
+still joining), then every worker reports its facts (`worker_facts`: project and TVM versions, weights
 fingerprint, CPU); a worker without the project installed, or whose versions or weights differ from this
 process's, stops the run with one line naming it. The CPU may differ: each worker builds or loads artifacts for its
 own CPU in its own cache (the artifact key holds the target), never code built for another machine.
+
+`completed(client, futures)`: Dask's `as_completed`, except that a run whose cluster has had no worker (or no
+scheduler) for WORKER_WAIT_S stops with one `ClusterError` line naming how many tasks never ran. Dask itself
+keeps such tasks waiting for a worker that may never come: a run would hang.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import functools
 import logging
 import os
 import platform
+import time
 
 import psutil
 
@@ -30,6 +36,9 @@ from kokoro_tvm.runtime.devices import usable_cpus
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10
+# How long a run waits for a first worker, and how long it lets its cluster go without any worker (or without its
+# scheduler) before it stops: a `dask worker` joins in a few seconds, so a minute without one means none is coming
+WORKER_WAIT_S = 60
 # The local cluster's default: one worker per core, each task on one thread (NOTES/scale.md has the measurements).
 THREADS_PER_TASK = 1
 # Dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_=65536, which fixes glibc's mmap threshold at 128 KiB:
@@ -122,6 +131,11 @@ def worker_facts() -> dict:
 def check_workers(client, expected: dict | None = None, facts=worker_facts) -> dict:
     """{worker address: facts}, after checking every worker's `facts()` against `expected` (default: this
     process's facts)."""
+    try:
+        client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+    except TimeoutError:
+        raise ClusterError(f"no Dask worker joined the scheduler within {WORKER_WAIT_S:g} s; start one there with "
+                           f"`dask worker ADDRESS`") from None  # fmt: skip
     expected = expected or worker_facts()
     reported_by = client.run(facts, on_error="return")
     if not reported_by:
@@ -138,3 +152,29 @@ def check_workers(client, expected: dict | None = None, facts=worker_facts) -> d
             log.warning("worker %s runs with %s=%s (Dask's default), about 1.3x slower on this work; start its nanny "
                         "without it (NOTES/scale.md)", worker, SLOW_ALLOCATOR_ENV, reported["allocator"])
     return reported_by
+
+
+def completed(client, futures, patience: float | None = None, poll_s: float = 1.0):
+    """The finished (or failed) `futures` as they complete, like `distributed.as_completed`, but a ClusterError
+    once the cluster has had no worker or no scheduler connection for `patience` seconds (default WORKER_WAIT_S,
+    read at the call) while some remain: the workers died or the scheduler went away, and Dask would wait."""
+    from distributed import wait
+
+    patience = WORKER_WAIT_S if patience is None else patience
+    pending, alone_since = list(futures), None
+    while pending:
+        try:
+            done, _ = wait(pending, timeout=poll_s, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = set()
+        if done:
+            pending = [future for future in pending if future not in done]
+            alone_since = None
+            yield from done
+        elif client.status == "running" and client.scheduler_info(n_workers=1)["workers"]:
+            alone_since = None
+        elif alone_since is None:
+            alone_since = time.monotonic()
+        elif time.monotonic() - alone_since > patience:
+            raise ClusterError(f"the Dask cluster has had no worker (or no scheduler) for {patience:g} s with "
+                               f"{len(pending)} of {len(futures)} tasks not done; stopped, not waiting")  # fmt: skip

@@ -33,7 +33,7 @@ from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import load_voice
 from kokoro_tvm.runtime.audio_io import read_wav, write_wav
 from kokoro_tvm.runtime.devices import cpu_share, usable_cpus
-from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, check_workers, dask_client
+from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, check_workers, completed, dask_client
 from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,6 @@ def _run_serial(tasks: list[Task], results: _Results, seed: int, threads: int, p
 def _run_on_cluster(tasks: list[Task], results: _Results, seed: int, threads: int, client, progress: bool):
     """Submit every task, write each one's output as it finishes: ({key: error} of the tasks that failed, the largest
     pickled arguments sent and results received, in bytes; `run_task` itself travels by its module path)."""
-    from distributed import as_completed
     from tqdm import tqdm
 
     keep_audio = results.wav_dir is not None
@@ -183,7 +182,8 @@ def _run_on_cluster(tasks: list[Task], results: _Results, seed: int, threads: in
                for task in tasks}  # fmt: skip
     sizes = {"to_worker": max(len(pickle.dumps((task, seed, threads, keep_audio))) for task in tasks), "back": 0}
     failed = {}
-    for future in tqdm(as_completed(futures), total=len(futures), desc="evaluate", unit="task", disable=not progress):
+    finished = completed(client, futures)
+    for future in tqdm(finished, total=len(futures), desc="evaluate", unit="task", disable=not progress):
         task = futures[future]
         if future.status == "finished":
             rows, audio = future.result()

@@ -27,7 +27,7 @@ from kokoro_tvm.errors import InputError
 from kokoro_tvm.paths import RUN_DIR_ENV, outputs_dir
 from kokoro_tvm.report.index_page import write_index
 from kokoro_tvm.report.notebook_runner import NOTEBOOK_DIR, declared_parameters, notebooks
-from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, ClusterError, check_workers, dask_client
+from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, ClusterError, check_workers, completed, dask_client
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,6 @@ def run_point(notebook: str, point: dict, folder: str) -> dict:
 def sweep(notebook: str, parameters: list[tuple[str, str]], scheduler: str | None = None,
           workers: int | None = None, fast: bool = False, out: Path | None = None) -> dict:  # fmt: skip
     """Run every grid point (module docstring); returns the sweep record, also written as sweep.json."""
-    from distributed import as_completed
-
     if scheduler == IN_PROCESS:
         raise ClusterError(f"sweep runs its points on Dask: --scheduler is an address or {LOCAL!r}, not {IN_PROCESS!r}")
     (path,) = notebooks([notebook])
@@ -103,7 +101,7 @@ def sweep(notebook: str, parameters: list[tuple[str, str]], scheduler: str | Non
         check_workers(client)
         futures = [client.submit(run_point, path.name, point, str(root / point_name(point)), pure=False, retries=0)
                    for point in points]  # fmt: skip
-        for future in as_completed(futures):
+        for future in completed(client, futures):
             if future.status == "finished":
                 rows.append(future.result())
             else:  # the worker died: the notebook never reported
