@@ -118,7 +118,10 @@ def chromium():
             ["apt-get", "update", "-qq"],
             ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *CHROMIUM_PACKAGES],
         ):
-            done = subprocess.run(command, env=env, capture_output=True, text=True)
+            try:  # a stalled mirror or a held dpkg lock: skip with the reason, never hang the run
+                done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+            except subprocess.TimeoutExpired:
+                pytest.skip(f"`{' '.join(command)}` did not finish within 240 s")
             if done.returncode != 0:  # e.g. no route to the Debian mirror: say so, with apt's own words
                 pytest.skip(f"could not install {' '.join(CHROMIUM_PACKAGES)}: {done.stderr.strip()[-300:]}")
     from selenium import webdriver

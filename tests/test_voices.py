@@ -31,7 +31,8 @@ def voice_tarball(tmp_path_factory):
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed")
     folder = tmp_path_factory.mktemp("npm")
-    subprocess.run(["npm", "pack", NPM_PACKAGE, "--pack-destination", str(folder), "--silent"], check=True)
+    subprocess.run(["npm", "pack", NPM_PACKAGE, "--pack-destination", str(folder), "--silent"], check=True,
+                   timeout=300)  # the product's own limit (kokoro_tvm.frontend.voices): a stalled registry fails
     return folder / NPM_TARBALL
 
 
