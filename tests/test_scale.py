@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -259,15 +260,15 @@ def test_a_killed_worker_loses_nothing(tmp_path):
                       "--no-dashboard", log=env_log / "scheduler.log")  # fmt: skip
     workers = [_dask("worker", address, "--nthreads", "1", "--no-dashboard", "--no-nanny",
                      log=env_log / f"worker{i}.log") for i in range(2)]  # fmt: skip
+    done = threading.Event()  # set when the test ends, however: the killer thread never outlives it
     try:
         out = tmp_path / "cluster"
 
         def kill_first_worker_once_a_task_is_done():
             while not (out / "rows").is_dir() or not list((out / "rows").glob("*.parquet")):
-                time.sleep(0.2)
+                if done.wait(0.2):
+                    return
             os.killpg(workers[0].pid, signal.SIGKILL)
-
-        import threading
 
         killer = threading.Thread(target=kill_first_worker_once_a_task_is_done, daemon=True)
         killer.start()
@@ -301,6 +302,7 @@ def test_a_killed_worker_loses_nothing(tmp_path):
         assert again["ran"] == 0 and again["skipped"] == len(sentences)
         assert json.loads((out / "summary.json").read_text())["summary"] == serial["summary"]
     finally:
+        done.set()
         _stop(*workers, scheduler)
 
 
