@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10
 # How long a run waits for a first worker, and how long it lets its cluster go without any worker (or without its
-# scheduler) before it stops: a `dask worker` joins in a few seconds, so a minute without one means none is coming
+# scheduler) before it stops: a `dask worker` joins within seconds, so a minute without one means none is coming
 WORKER_WAIT_S = 60
 # The local cluster's default: one worker per core, each task on one thread (NOTES/scale.md has the measurements).
 THREADS_PER_TASK = 1
@@ -131,6 +131,8 @@ def worker_facts() -> dict:
 def check_workers(client, expected: dict | None = None, facts=worker_facts) -> dict:
     """{worker address: facts}, after checking every worker's `facts()` against `expected` (default: this
     process's facts)."""
+    if not client.scheduler_info(n_workers=1)["workers"]:
+        log.info("no Dask worker yet; waiting up to %g s for one to join", WORKER_WAIT_S)
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
     except TimeoutError:
