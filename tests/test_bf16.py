@@ -106,18 +106,25 @@ def test_the_kernel_is_vdpbf16ps_with_the_tile_in_registers():
     assert stores == []
 
 
-@needs_bf16
-@pytest.mark.parametrize("tile", [32, 8])  # 8k steps: 8 columns, the ymm form of the step (odd k included)
-def test_a_symbolic_length_bf16_conv_runs_every_tile_count(tile):
+def _symbolic_bf16_conv(tile: int, target):
+    """A bf16 conv over tile * k steps (k: the tile count, an input), compiled for target."""
     from kokoro_tvm.compiler.pipeline import compile_relax
 
     k = tvm.tirx.Var("k", "int64")
-    mod = bf16.Bf16Convolutions()(_conv_module(16, 16, 3, 1, k * tile))
-    executable = compile_relax(mod, host_target())
-    asm = executable_asm(executable)
+    return compile_relax(bf16.Bf16Convolutions()(_conv_module(16, 16, 3, 1, k * tile)), target)
+
+
+@needs_code
+@pytest.mark.parametrize("tile", [32, 8])  # 8k steps: 8 columns, the ymm form of the step (odd k included)
+def test_a_symbolic_length_bf16_conv_steps_in_vectors_of_its_tile(tile):
     register = "ymm" if tile % bf16.LANES else "zmm"
-    assert re.search(rf"vdpbf16ps\s.*%{register}", asm)
-    vm = relax.VirtualMachine(executable, tvm.cpu())
+    assert re.search(rf"vdpbf16ps\s.*%{register}", executable_asm(_symbolic_bf16_conv(tile, CODE_TARGET)))
+
+
+@needs_bf16
+@pytest.mark.parametrize("tile", [32, 8])
+def test_a_symbolic_length_bf16_conv_runs_every_tile_count(tile):
+    vm = relax.VirtualMachine(_symbolic_bf16_conv(tile, host_target()), tvm.cpu())
     rng = np.random.default_rng(2)
     w = rng.standard_normal((16, 16, 3)).astype(np.float32)
     b = np.zeros((1, 16, 1), np.float32)

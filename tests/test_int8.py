@@ -194,14 +194,22 @@ def _emulated_float(x, w, b, dilation: int):
     return (y + torch.from_numpy(b)).numpy()
 
 
-@needs_vnni
-def test_a_symbolic_length_int8_conv_runs_every_tile_count():
+def _symbolic_int8_conv(target):
+    """An int8 conv over 16 * k steps (k: the tile count, an input), compiled for target."""
     from kokoro_tvm.compiler.pipeline import compile_relax
 
     k = tvm.tirx.Var("k", "int64")
-    executable = compile_relax(int8.Int8Convolutions()(_float_conv_module(16, 16, 3, 1, k * 16)), host_target())
-    assert re.search(r"vpdpbusd\s.*%zmm", executable_asm(executable))
-    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return compile_relax(int8.Int8Convolutions()(_float_conv_module(16, 16, 3, 1, k * 16)), target)
+
+
+@needs_code
+def test_a_symbolic_length_int8_conv_steps_in_zmm():
+    assert re.search(r"vpdpbusd\s.*%zmm", executable_asm(_symbolic_int8_conv(CODE_TARGET)))
+
+
+@needs_vnni
+def test_a_symbolic_length_int8_conv_runs_every_tile_count():
+    vm = relax.VirtualMachine(_symbolic_int8_conv(host_target()), tvm.cpu())
     rng = np.random.default_rng(6)
     for tiles in (1, 3):
         x, w, b = _operands(rng, 16, 16, 3, 16 * tiles)
