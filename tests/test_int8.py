@@ -21,11 +21,11 @@ CODE_TARGET = code_target(int8.host_supports_int8())  # where the tests that onl
 needs_code = pytest.mark.skipif(CODE_TARGET is None, reason="no x86-64 code to read on this machine")
 
 
-def _build(channels: int, taps: int, dilation: int, steps: int):
+def _int8_conv(channels: int, taps: int, dilation: int, steps: int, target):
+    """The int8 kernel's conv over packed operands (studies.benchmark's module), compiled for target."""
     from kokoro_tvm.compiler.pipeline import compile_relax
 
-    executable = compile_relax(_int8_conv_module(channels, taps, dilation, steps), host_target())
-    return relax.VirtualMachine(executable, tvm.cpu()), executable_asm(executable)
+    return compile_relax(_int8_conv_module(channels, taps, dilation, steps), target)
 
 
 def _reference(xq: np.ndarray, wq: np.ndarray, dilation: int, steps: int) -> np.ndarray:
@@ -36,12 +36,17 @@ def _reference(xq: np.ndarray, wq: np.ndarray, dilation: int, steps: int) -> np.
     return sum(w[:, :, k] @ x[:, k * dilation : k * dilation + steps] for k in range(w.shape[2]))[None]
 
 
-@needs_vnni
+@needs_code
 @pytest.mark.parametrize("steps", [96, 40])  # 40: 16 columns do not divide it, 8 do (the ymm step)
-def test_int8_conv_is_the_exact_integer_conv(steps):
-    vm, asm = _build(32, 5, 2, steps)
+def test_the_int8_conv_steps_in_whole_vectors_of_its_columns(steps):
     register = "zmm" if steps % int8.LANES == 0 else "ymm"
-    assert re.search(rf"vpdpbusd\s.*%{register}", asm)
+    assert re.search(rf"vpdpbusd\s.*%{register}", executable_asm(_int8_conv(32, 5, 2, steps, CODE_TARGET)))
+
+
+@needs_vnni
+@pytest.mark.parametrize("steps", [96, 40])
+def test_int8_conv_is_the_exact_integer_conv(steps):
+    vm = relax.VirtualMachine(_int8_conv(32, 5, 2, steps, host_target()), tvm.cpu())
     rng = np.random.default_rng(4)
     # the extremes included: 255 x -127 products, four to a lane, summed without saturation
     xq = rng.integers(0, 256, (1, 8, steps + 8, 4), dtype=np.uint8)
@@ -55,10 +60,7 @@ def test_int8_conv_is_the_exact_integer_conv(steps):
 
 @needs_code
 def test_the_int8_kernel_is_vpdpbusd_with_the_tile_in_registers():
-    from kokoro_tvm.compiler.pipeline import compile_relax
-
-    executable = compile_relax(_int8_conv_module(128, 7, 3, 4800), CODE_TARGET)
-    count, stores = hot_loop(executable_asm(executable), "vpdpbusd")
+    count, stores = hot_loop(executable_asm(_int8_conv(128, 7, 3, 4800, CODE_TARGET)), "vpdpbusd")
     assert count >= 8
     assert stores == []
 
