@@ -40,6 +40,7 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check kokoro_tvm tests
+	$(BIN)/ruff format --check kokoro_tvm tests
 	$(PYTEST)
 
 test-unit: $(STAMP)
@@ -56,6 +57,7 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check kokoro_tvm tests
+	$(BIN)/ruff format --check kokoro_tvm tests
 
 clean-venv:
 	rm -rf $(VENV)

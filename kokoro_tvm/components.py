@@ -205,8 +205,6 @@ INT8_CONVOLUTIONS = {
 }
 
 
-
-
 @dataclass(frozen=True)
 class Precision:
     """One value of `--precision`: the one vocabulary of the CLI (say, compile, compare, bench), synthesize, bench
@@ -228,7 +226,7 @@ PRECISIONS: dict[str, Precision] = {
         Precision("bf16", "float32", "bf16", True, "BF16_CONVOLUTIONS in bf16 (AVX512_BF16)"),
         Precision("int8", "float32", "int8", True, "INT8_CONVOLUTIONS in int8, the rest of bf16's in bf16 (+ VNNI)"),
     )
-}  # fmt: skip
+}
 TIMED_PRECISIONS = tuple(name for name, p in PRECISIONS.items() if p.timed)
 
 

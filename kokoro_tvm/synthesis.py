@@ -243,8 +243,12 @@ def synthesize(
     kokoro_tvm.runtime.buckets spec or 'exact'; `device` (TVM): "cpu", "metal" or "cuda", where one exists."""
     request = _Request.make(text, phonemes, voice, speed, noise, backend, weights, buckets, device, precision, language)
     spoken = [request.speak(chunk, stream=i) for i, chunk in enumerate(request.chunks)]
-    return Speech(np.concatenate([audio for audio, _ in spoken]), request.chunks, [d for _, d in spoken],
-                  request.metadata(request.chunks))  # fmt: skip
+    return Speech(
+        np.concatenate([audio for audio, _ in spoken]),
+        request.chunks,
+        [d for _, d in spoken],
+        request.metadata(request.chunks),
+    )
 
 
 def synthesize_stream(text: str | None = None, *, first_max: int = FIRST_PIECE_MAX, **options) -> SpeechStream:
@@ -289,8 +293,12 @@ class StreamPace:
         affordable = int(self.margin * left / self.seconds_per_symbol)
         if affordable < planned:
             self.cuts += 1
-            log.debug("stream pace: next piece within %d symbols, not %d (%.2f s of audio left to play)",
-                     max(1, affordable), planned, left)  # fmt: skip
+            log.debug(
+                "stream pace: next piece within %d symbols, not %d (%.2f s of audio left to play)",
+                max(1, affordable),
+                planned,
+                left,
+            )
         return max(1, min(planned, affordable))
 
 
@@ -321,8 +329,7 @@ class SpeechStream:
             yield audio
 
     def metadata(self) -> dict:
-        return dict(self.request.metadata(self.chunks), stream_pieces=len(self.pieces),
-                    stream_pace_cuts=self.pace.cuts)  # fmt: skip
+        return dict(self.request.metadata(self.chunks), stream_pieces=len(self.pieces), stream_pace_cuts=self.pace.cuts)
 
 
 def trim_leading_silence(audio: np.ndarray, pad_samples: int, keep: float = JOIN_LEAD_SECONDS) -> np.ndarray:

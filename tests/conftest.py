@@ -18,9 +18,18 @@ import pytest
 # 882 s and the run 47 s longer: by then the two workers' loads are even.) Then the other long files, longest
 # first, so the run ends on short ones: in a fresh-clone run on a 2-core Zen 2 the notebook worker finished the
 # pipeline at 652 s, then drew test_scale (106 s) and test_streaming (51 s) and ended 77 s after the other worker.
-FIRST_FILES = ("test_notebooks.py", "test_dynamic_real.py", "test_bf16_real.py", "test_compile.py", "test_scale.py",
-               "test_streaming.py", "test_gpu_builds.py", "test_gpu_check_real.py", "test_symbolic.py",
-               "test_openvino_peer.py")  # fmt: skip
+FIRST_FILES = (
+    "test_notebooks.py",
+    "test_dynamic_real.py",
+    "test_bf16_real.py",
+    "test_compile.py",
+    "test_scale.py",
+    "test_streaming.py",
+    "test_gpu_builds.py",
+    "test_gpu_check_real.py",
+    "test_symbolic.py",
+    "test_openvino_peer.py",
+)
 
 
 def _share_the_cores():

@@ -36,8 +36,10 @@ def _imports(path: Path) -> set[str]:
 
 
 MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-GRAPH = {name: {m for m in _imports(path) if m in MODULES or not m.startswith("kokoro_tvm")}
-         for name, path in MODULES.items()}  # fmt: skip
+GRAPH = {
+    name: {m for m in _imports(path) if m in MODULES or not m.startswith("kokoro_tvm")}
+    for name, path in MODULES.items()
+}
 
 
 def _stage(module: str) -> str:
@@ -64,14 +66,57 @@ def _of(stage: str) -> list[str]:
 
 # stage -> the stages it may never import (directly or through another module)
 FORBIDDEN = {
-    "base": {"frontend", "weights", "reference", "compiler", "runtime", "evaluation", "tools", "studies", "report",
-             "compiled", "synthesis", "scale", "cli"},
-    "frontend": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale",
-                 "cli"},
-    "weights": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale",
-                "cli"},
-    "reference": {"compiler", "runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale",
-                  "cli"},
+    "base": {
+        "frontend",
+        "weights",
+        "reference",
+        "compiler",
+        "runtime",
+        "evaluation",
+        "tools",
+        "studies",
+        "report",
+        "compiled",
+        "synthesis",
+        "scale",
+        "cli",
+    },
+    "frontend": {
+        "compiler",
+        "runtime",
+        "evaluation",
+        "tools",
+        "studies",
+        "report",
+        "compiled",
+        "synthesis",
+        "scale",
+        "cli",
+    },
+    "weights": {
+        "compiler",
+        "runtime",
+        "evaluation",
+        "tools",
+        "studies",
+        "report",
+        "compiled",
+        "synthesis",
+        "scale",
+        "cli",
+    },
+    "reference": {
+        "compiler",
+        "runtime",
+        "evaluation",
+        "tools",
+        "studies",
+        "report",
+        "compiled",
+        "synthesis",
+        "scale",
+        "cli",
+    },
     "compiler": {"runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale", "cli"},
     "runtime": {"compiler", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale", "cli"},
     "compiled": {"evaluation", "tools", "studies", "report", "synthesis", "scale", "cli"},
@@ -81,7 +126,7 @@ FORBIDDEN = {
     "studies": {"report", "scale", "cli"},
     "report": {"tools", "studies", "scale", "cli"},
     "scale": {"cli"},  # Dask runs of the studies and notebooks
-}  # fmt: skip
+}
 
 
 def test_every_module_has_a_stage():
@@ -115,8 +160,7 @@ def _cycle_edges(stage: str) -> list[str]:
         return seen
 
     reaches = {module: reach(module) for module in members}
-    return [f"{a} -> {b}" for a in sorted(members) for b in sorted(GRAPH[a] & members)
-            if b != a and a in reaches[b]]  # fmt: skip
+    return [f"{a} -> {b}" for a in sorted(members) for b in sorted(GRAPH[a] & members) if b != a and a in reaches[b]]
 
 
 @pytest.mark.parametrize("stage", sorted(FORBIDDEN))
@@ -137,19 +181,52 @@ def test_the_cycle_check_finds_a_cycle(monkeypatch):
 # What a function-level import may defer: a dependency that costs seconds or hundreds of MB to import, or that an
 # install may lack (Whisper's runtime, the ONNX tools, the notebook and browser stacks). Everything else, numpy
 # and the package's own light modules included, is imported at the top of the file.
-HEAVY = frozenset({
-    "torch", "tvm", "tvm_ffi", "kokoro", "misaki", "spacy", "espeakng_loader", "phonemizer", "onnx", "onnxruntime",
-    "faster_whisper", "ctranslate2", "pocketsphinx", "jiwer", "pesq", "pystoi", "scipy", "matplotlib", "papermill",
-    "nbformat", "nbclient", "jupyterlab", "jupyter_server", "selenium", "huggingface_hub", "openvino", "dask",
-    "distributed", "pyarrow", "tqdm",
-})  # fmt: skip
+HEAVY = frozenset(
+    {
+        "torch",
+        "tvm",
+        "tvm_ffi",
+        "kokoro",
+        "misaki",
+        "spacy",
+        "espeakng_loader",
+        "phonemizer",
+        "onnx",
+        "onnxruntime",
+        "faster_whisper",
+        "ctranslate2",
+        "pocketsphinx",
+        "jiwer",
+        "pesq",
+        "pystoi",
+        "scipy",
+        "matplotlib",
+        "papermill",
+        "nbformat",
+        "nbclient",
+        "jupyterlab",
+        "jupyter_server",
+        "selenium",
+        "huggingface_hub",
+        "openvino",
+        "dask",
+        "distributed",
+        "pyarrow",
+        "tqdm",
+    }
+)
 
 
 def _top_and_deferred(path: Path) -> tuple[set[str], list[tuple[int, list[str]]]]:
     """(modules imported at the top level of the file, [(line, modules) of each import inside a function])."""
     tree = ast.parse(path.read_text())
-    inside = {id(node) for func in ast.walk(tree) if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
-              for node in ast.walk(func) if isinstance(node, ast.Import | ast.ImportFrom)}  # fmt: skip
+    inside = {
+        id(node)
+        for func in ast.walk(tree)
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(func)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+    }
     top, deferred = set(), []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -270,8 +347,12 @@ def _calls(path: Path, names: tuple[str, ...]) -> list[str]:
 
 def test_tvm_builds_stay_in_the_compiler_and_vm_calls_in_the_runtime():
     """An API rename in TVM is then a one-place fix: build calls in compiler/, the Relax VM in runtime/."""
-    builds = [c for name, p in MODULES.items() if _stage(name) != "compiler"
-              for c in _calls(p, ("tvm.compile", "tirx.build", ".export_library"))]  # fmt: skip
+    builds = [
+        c
+        for name, p in MODULES.items()
+        if _stage(name) != "compiler"
+        for c in _calls(p, ("tvm.compile", "tirx.build", ".export_library"))
+    ]
     vms = [c for name, p in MODULES.items() if _stage(name) != "runtime" for c in _calls(p, ("VirtualMachine",))]
     assert not builds and not vms, builds + vms
 

@@ -62,8 +62,9 @@ def _conv_module(channels: int, out_channels: int, taps: int, dilation: int, ste
 
 
 def _reference(x, w, b, dilation, taps):
-    y = torch.nn.functional.conv1d(torch.from_numpy(x), torch.from_numpy(w), padding=dilation * (taps - 1) // 2,
-                                   dilation=dilation)
+    y = torch.nn.functional.conv1d(
+        torch.from_numpy(x), torch.from_numpy(w), padding=dilation * (taps - 1) // 2, dilation=dilation
+    )
     return torch.nn.functional.leaky_relu(y + torch.from_numpy(b), 0.1).numpy()
 
 
@@ -190,8 +191,9 @@ def test_the_fused_snake_and_packing_compute_the_snake():
     got = vm["main"](*[tvm.runtime.tensor(v) for v in (x, g, a, w)]).numpy()
     y = torch.from_numpy(x * g + g)
     snake = (y + torch.sin(torch.from_numpy(a) * y) ** 2 / torch.from_numpy(a)).numpy()
-    exact = torch.nn.functional.conv1d(torch.from_numpy(_bf16_round(snake)), torch.from_numpy(_bf16_round(w)),
-                                       padding=9, dilation=3).numpy()
+    exact = torch.nn.functional.conv1d(
+        torch.from_numpy(_bf16_round(snake)), torch.from_numpy(_bf16_round(w)), padding=9, dilation=3
+    ).numpy()
     # float32 sines may differ from torch's in the last bit, which moves an operand's bf16 rounding now and then
     # (one bf16 step, 2^-8 relative, in a handful of the 15,360 inputs): far below the 4e-3 of a wrong tile
     assert np.linalg.norm(got - exact) / np.linalg.norm(exact) < 1e-4
@@ -237,18 +239,23 @@ def test_a_target_without_avx512_bf16_is_refused_in_one_line():
 
 
 def test_bf16_build_specs_keep_float32_keys_and_share_unreduced_components():
-    from kokoro_tvm.compiler.build import BuildSpec, _key_fields, bucket_specs
+    from kokoro_tvm.compiler.build import BuildSpec, key_fields
+    from kokoro_tvm.compiler.precompile import bucket_specs
     from kokoro_tvm.components import build_precision
     from kokoro_tvm.runtime.buckets import parse_buckets
 
     target = {"kind": "llvm", "mcpu": "znver4"}
-    full = _key_fields(BuildSpec.dynamic("decoder"), "w", target)
-    reduced = _key_fields(BuildSpec.dynamic("decoder", precision="bf16"), "w", target)
+    full = key_fields(BuildSpec.dynamic("decoder"), "w", target)
+    reduced = key_fields(BuildSpec.dynamic("decoder", precision="bf16"), "w", target)
     assert "precision" not in full and reduced["precision"] == "bf16" and full != reduced
     assert build_precision("albert", "bf16") == "full"  # nothing to reduce: the float32 artifact
     specs = bucket_specs(parse_buckets("default"), precision="bf16")
     assert {s.component: s.precision for s in specs} == {
-        "albert": "full", "duration": "full", "f0n": "full", "text_encoder": "bf16", "decoder": "bf16"
+        "albert": "full",
+        "duration": "full",
+        "f0n": "full",
+        "text_encoder": "bf16",
+        "decoder": "bf16",
     }
     with pytest.raises(ValueError, match="float32"):
         BuildSpec("decoder", 64, "float64", precision="bf16")

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from kokoro_tvm.runtime import bundle_runner
+from kokoro_tvm.runtime import bundle_device, bundle_runner
 from kokoro_tvm.tools.gpu_bundle import TOLERANCE_REL_L2, pack_params, transfer_parts
 
 
@@ -54,12 +54,31 @@ def _bundle(folder, library, expected_scale=1.0, device="cpu"):
         "dtype": "float32",
         "created": "now",
         "tolerance_rel_l2": TOLERANCE_REL_L2,
-        "libraries": {"tiny": {"component": "tiny", "library": "libs/tiny.so", "params": "params/tiny.npz",
-                               "param_names": ["w"], "length_tile": None, "transform_params": None}},
-        "cases": [{"name": "one", "utterance": "u", "component": "tiny", "library": "tiny", "length": 3,
-                   "tiles": None, "inputs": "cases/one.npz", "n_inputs": 1, "n_outputs": 2}],
+        "libraries": {
+            "tiny": {
+                "component": "tiny",
+                "library": "libs/tiny.so",
+                "params": "params/tiny.npz",
+                "param_names": ["w"],
+                "length_tile": None,
+                "transform_params": None,
+            }
+        },
+        "cases": [
+            {
+                "name": "one",
+                "utterance": "u",
+                "component": "tiny",
+                "library": "tiny",
+                "length": 3,
+                "tiles": None,
+                "inputs": "cases/one.npz",
+                "n_inputs": 1,
+                "n_outputs": 2,
+            }
+        ],
         "run": f"python3 run_bundle.py . --device {device} --out results",
-    }  # fmt: skip
+    }
     (folder / "bundle.json").write_text(json.dumps(bundle))
     return folder
 
@@ -168,7 +187,7 @@ def test_transfer_parts_hold_every_file_within_the_limit(tmp_path):
 
 
 class _ComputeVersion:
-    """What _register_cuda_compiler reads of a CUDA device: its compute capability (here an H100's)."""
+    """What register_cuda_compiler reads of a CUDA device: its compute capability (here an H100's)."""
 
     compute_version = "9.0"
 
@@ -193,7 +212,7 @@ def test_cuda_libraries_are_compiled_by_nvcc_for_the_device_as_they_load():
     module = tvm.compile(schedule.mod, target=target).mod
     source = (module.imports if hasattr(module, "imports") else module.imported_modules)[0].inspect_source()
 
-    command = bundle_runner._register_cuda_compiler(_ComputeVersion())
+    command = bundle_device.register_cuda_compiler(_ComputeVersion())
     binary = bytes(tvm_ffi.get_global_func("tvm_callback_cuda_compile")(source))
     assert "-arch=sm_90" in command and "fast_math" not in command
     assert binary[:4] == bytes.fromhex("50ed55ba")  # a CUDA fatbin (the runtime loads it like a cubin)

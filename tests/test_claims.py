@@ -49,8 +49,14 @@ def test_findings_say_which_do_not_hold():
 def _notebook(root, name, findings, metrics=None):
     folder = root / name
     folder.mkdir()
-    record = {"notebook": name, "parameters": {"FAST": True}, "metrics": metrics or {}, "git_sha": "abc",
-              "time_utc": "2026-01-01T00:00:00+00:00", "claims": [c.as_dict() for c in findings]}  # fmt: skip
+    record = {
+        "notebook": name,
+        "parameters": {"FAST": True},
+        "metrics": metrics or {},
+        "git_sha": "abc",
+        "time_utc": "2026-01-01T00:00:00+00:00",
+        "claims": [c.as_dict() for c in findings],
+    }
     (folder / "metrics.json").write_text(json.dumps(record))
 
 
@@ -71,8 +77,9 @@ def test_the_report_opens_with_the_headline_findings_and_each_section_with_its_o
 
 def test_a_claim_this_machine_cannot_assess_is_never_a_pass():
     """nvcc missing, no GPU: the claim keeps its value, says why it was not assessed, and the conclusion says so."""
-    absent = claims.claim("CUDA sources nvcc rejects", 0, "==", 0, note="metal.md",
-                          unavailable="nvcc is not installed here")
+    absent = claims.claim(
+        "CUDA sources nvcc rejects", 0, "==", 0, note="metal.md", unavailable="nvcc is not installed here"
+    )
     held = claims.claim("worst PESQ-WB", 4.5, ">=", 4.3, note="metal.md", headline=True)
     assert absent.passed is None and claims.status(absent.as_dict()) == "not assessed (nvcc is not installed here)"
     text = claims.conclusion([absent, held])

@@ -126,8 +126,11 @@ def test_every_error_class_of_the_project_is_one_the_cli_reports():
         if module.name.endswith(("bundle_runner", "__main__")):
             continue
         found = importlib.import_module(module.name)
-        defined += [obj for _, obj in inspect.getmembers(found, inspect.isclass)
-                    if issubclass(obj, Exception) and obj.__module__ == module.name]  # fmt: skip
+        defined += [
+            obj
+            for _, obj in inspect.getmembers(found, inspect.isclass)
+            if issubclass(obj, Exception) and obj.__module__ == module.name
+        ]
     assert len(defined) >= 15  # the walk found the project's error classes
     assert [cls.__qualname__ for cls in defined if not issubclass(cls, KokoroTVMError)] == []
 

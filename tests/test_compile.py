@@ -171,10 +171,11 @@ print(build(model, "concurrency-test", BuildSpec("text_encoder", 6, "float64")).
 """
     env = dict(os.environ, KOKORO_TVM_CACHE=str(tmp_path))
     procs = [
-        subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(2)
-    ]  # fmt: skip
+    ]
     results = [(p.communicate(timeout=900), p.returncode) for p in procs]
     for (_out, err), code in results:
         assert code == 0, err[-2000:]
@@ -217,7 +218,8 @@ def test_a_build_from_a_decomposed_program_imports_the_same_module(random_model6
 
     spec = BuildSpec("duration", bucket("duration"), "float64")
     program = decomposed_program(random_model64, spec)
-    tvm.ir.assert_structural_equal(relax_module(random_model64, spec, program)[0],
-                                   relax_module(random_model64, spec)[0])  # fmt: skip
+    tvm.ir.assert_structural_equal(
+        relax_module(random_model64, spec, program)[0], relax_module(random_model64, spec)[0]
+    )
     with pytest.raises(ValueError, match="static spec"):
         decomposed_program(random_model64, BuildSpec.dynamic("duration", "float64"))

@@ -499,8 +499,10 @@ def test_avx2_takes_a_register_tile_of_4_rows_by_2_vectors():
     rng = np.random.default_rng(9)
     a, b = rng.standard_normal((16, 64)).astype(np.float32), rng.standard_normal((64, 96)).astype(np.float32)
     script = _scheduled_script(a, b, AVX2)
-    step = (r"T\.unroll\(T\.int64\((\d+)\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):"
-            r"\s+with T\.sblock\(\"matmul_update")
+    step = (
+        r"T\.unroll\(T\.int64\((\d+)\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):"
+        r"\s+with T\.sblock\(\"matmul_update"
+    )
     assert re.search(step, script).groups() == ("4", "16")  # 4 rows unrolled, 16 columns: two ymm vectors
 
 
@@ -537,7 +539,7 @@ def test_a_style_projection_is_a_column_reduction_and_keeps_values(outputs):
         legal = tvm.transform.Sequential(relax.backend.cpu_generic.pipeline.legalize_passes(target))(
             _module(graph, inputs)
         )
-    (name, func), = [(gv.name_hint, f) for gv, f in legal.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    ((name, func),) = [(gv.name_hint, f) for gv, f in legal.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert ColumnReduction().apply(func, target, False) is not None, name
     (plain, ours), flags = _unscheduled_and_scheduled(graph, inputs)
     assert all(flags.values())
@@ -597,11 +599,16 @@ def test_few_rows_over_a_long_odd_axis_split_the_long_axis_among_threads():
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
     np.testing.assert_allclose(outs[1], np.concatenate([np.hypot(re_, im), np.arctan2(im, re_)], axis=1), rtol=2e-6)
 
-    (_, plain), *_ = list(_fused_primfuncs(lambda a, b: relax.op.concat([relax.op.multiply(a, a), b], axis=1),
-                                           [re_.shape, im.shape]))  # fmt: skip
+    (_, plain), *_ = list(
+        _fused_primfuncs(lambda a, b: relax.op.concat([relax.op.multiply(a, a), b], axis=1), [re_.shape, im.shape])
+    )
     schedule = Elementwise().apply(plain, target, False)
-    (loop,) = [schedule.get(lp) for b in schedule.get_child_blocks(schedule.get_sblock("root"))
-               for lp in schedule.get_loops(b) if schedule.get(lp).kind == tvm.tirx.ForKind.PARALLEL]  # fmt: skip
+    (loop,) = [
+        schedule.get(lp)
+        for b in schedule.get_child_blocks(schedule.get_sblock("root"))
+        for lp in schedule.get_loops(b)
+        if schedule.get(lp).kind == tvm.tirx.ForKind.PARALLEL
+    ]
     assert int(loop.extent) == 22
 
 
@@ -668,8 +675,10 @@ def test_avx2_convs_take_6_rows_on_channels_padded_to_whole_tiles():
     x = rng.standard_normal((1, 40, 64)).astype(np.float32)
     w = (rng.standard_normal((128, 40, 7)) * 0.1).astype(np.float32)
     padded = np.pad(w, ((0, 4), (0, 0), (0, 0)))
-    tile = (r"T\.unroll\(T\.int64\((\d+)\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):"
-            r"\s+with T\.sblock\(\"conv1d")
+    tile = (
+        r"T\.unroll\(T\.int64\((\d+)\)\):\s+for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):"
+        r"\s+with T\.sblock\(\"conv1d"
+    )
     assert re.search(tile, _conv_scheduled(x, padded, 128, AVX2)).groups() == ("6", "16")
     assert re.search(tile, _conv_scheduled(x, w, None, AVX2)).groups() == ("4", "16")
     mod = _module(lambda a, b: relax.op.nn.conv1d(a, b, padding=3), [x, w])

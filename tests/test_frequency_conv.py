@@ -35,8 +35,9 @@ def _inputs(steps: int, taps: int, seed: int = 0):
 
 def _rel_l2(got, x, w, dilation: int) -> float:
     padding = dilation * (w.shape[2] - 1) // 2
-    want = torch.nn.functional.conv1d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
-                                      padding=padding, dilation=dilation).numpy()  # fmt: skip
+    want = torch.nn.functional.conv1d(
+        torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=padding, dilation=dilation
+    ).numpy()
     assert got.shape == want.shape
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
@@ -104,8 +105,9 @@ def test_the_work_before_the_conv_stays_out_of_the_frames():
             out = builder.emit_output(relax.op.nn.conv1d(snake, w, padding=5))
         builder.emit_func_output(out)
     lifted = _lifted(builder.get())
-    names = [gv.name_hint for gv, f in lower(lifted, host_target()).functions_items()
-             if isinstance(f, tvm.tirx.PrimFunc)]  # fmt: skip
+    names = [
+        gv.name_hint for gv, f in lower(lifted, host_target()).functions_items() if isinstance(f, tvm.tirx.PrimFunc)
+    ]
     assert any(n.startswith("frames") for n in names) and not any("frames" in n and "fused" in n for n in names)
     xs, ws = _inputs(200, 11)
     got = compile_and_load(lifted, params=[ws], transform_params=TRANSFORM_PARAMS)(xs)[0]

@@ -74,8 +74,10 @@ def test_metal_computes_the_float64_islands_of_a_float32_graph_in_float32():
     x, w = (relax.Var(name, relax.TensorType((4, 8), "float32")) for name in ("x", "w"))
     with bb.function("main", [x, w]):
         with bb.dataflow():
-            wide = relax.op.add(relax.op.multiply(relax.op.astype(x, "float64"), relax.op.astype(w, "float64")),
-                                relax.op.astype(relax.op.multiply(x, w), "float64"))  # fmt: skip
+            wide = relax.op.add(
+                relax.op.multiply(relax.op.astype(x, "float64"), relax.op.astype(w, "float64")),
+                relax.op.astype(relax.op.multiply(x, w), "float64"),
+            )
             out = bb.emit_output(relax.op.astype(wide, "float32"))
         bb.emit_func_output(out)
     rewrite = dict(phases(METAL_TARGET))["rewrite"]
@@ -133,10 +135,22 @@ def test_checks_find_unbound_functions_missing_kernels_and_cut_sources(metal_tex
 @pytest.mark.skipif(tvm.device("metal", 0).exist, reason="this machine has a Metal device")
 def test_say_on_a_missing_device_is_one_clear_error():
     done = subprocess.run(
-        [sys.executable, "-m", "kokoro_tvm.cli", "say", "Hello.", "-o", "/dev/null", "--backend", "tvm",
-         "--device", "metal"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "kokoro_tvm.cli",
+            "say",
+            "Hello.",
+            "-o",
+            "/dev/null",
+            "--backend",
+            "tvm",
+            "--device",
+            "metal",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]  # INFO logs may come first
     assert len(errors) == 1 and errors[0].startswith("kokoro-tvm: error: no metal device on this machine")
@@ -168,8 +182,9 @@ def _row_mean(frames, channels=512):
     (int64 sizes, as Relax's legalized functions have them)."""
     from tvm import te, tirx
 
-    one, channels, frames = (size if not isinstance(size, int) else tirx.IntImm("int64", size)
-                             for size in (1, channels, frames))  # fmt: skip
+    one, channels, frames = (
+        size if not isinstance(size, int) else tirx.IntImm("int64", size) for size in (1, channels, frames)
+    )
     x, w = te.placeholder((one, channels, frames), name="x"), te.placeholder((frames,), name="w")
     t = te.reduce_axis((0, frames), name="t")
     y = te.compute((one, channels), lambda b, c: te.sum(x[b, c, t] * w[t], axis=t), name="y")
@@ -210,9 +225,11 @@ def test_few_long_rows_take_a_block_each_not_a_warp():
     symbolic = _row_mean(tiles * 960 + 32, channels=128)
     symbolic = tirx.PrimFunc([*symbolic.params, tiles], symbolic.body, attrs=symbolic.attrs)  # s: a parameter
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
-    for func, rule, blocks, threads in [(symbolic, "Reduction", 128, 1024),
-                                        (_row_mean(7712, channels=128), "Reduction", 128, 1024),
-                                        (_row_mean(100), "GEMV", 32, 512)]:  # fmt: skip
+    for func, rule, blocks, threads in [
+        (symbolic, "Reduction", 128, 1024),
+        (_row_mean(7712, channels=128), "Reduction", 128, 1024),
+        (_row_mean(100), "GEMV", 32, 512),
+    ]:
         counts: dict[str, int] = {}
         with target:
             scheduled = dlight.ApplyDefaultSchedule(*rules(counts))(tvm.IRModule({"main": func}))
@@ -224,8 +241,9 @@ def test_few_long_rows_take_a_block_each_not_a_warp():
 
 
 @T.prim_func(private=True, s_tir=True)
-def _f0_conv(x_handle: T.handle, w: T.Buffer((T.int64(1), T.int64(1), T.int64(3)), "float32"), y_handle: T.handle,
-             s: T.int64):  # fmt: skip
+def _f0_conv(
+    x_handle: T.handle, w: T.Buffer((T.int64(1), T.int64(1), T.int64(3)), "float32"), y_handle: T.handle, s: T.int64
+):
     """The decoder's F0 conv (one channel, kernel 3, stride 2, padded) for a symbolic length of 16 s frames."""
     T.func_attr({"tirx.noalias": True})
     x = T.match_buffer(x_handle, (T.int64(1), T.int64(1), s * T.int64(16)))
@@ -234,8 +252,9 @@ def _f0_conv(x_handle: T.handle, w: T.Buffer((T.int64(1), T.int64(1), T.int64(3)
     for i0, i1, i2 in T.grid(T.int64(1), T.int64(1), s * T.int64(16) + T.int64(2)):
         with T.sblock("pad"):
             v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
-            pad[v0, v1, v2] = T.if_then_else(T.int64(1) <= v2 and v2 <= s * T.int64(16), x[v0, v1, v2 - T.int64(1)],
-                                             T.float32(0.0))  # fmt: skip
+            pad[v0, v1, v2] = T.if_then_else(
+                T.int64(1) <= v2 and v2 <= s * T.int64(16), x[v0, v1, v2 - T.int64(1)], T.float32(0.0)
+            )
     for n, f, t, c, k in T.grid(T.int64(1), T.int64(1), s * T.int64(8), T.int64(1), T.int64(3)):
         with T.sblock("conv"):
             vn, vf, vt, vc, vk = T.axis.remap("SSSRR", [n, f, t, c, k])

@@ -191,8 +191,9 @@ def _emulated_float(x, w, b, dilation: int):
     import torch
 
     pad = dilation * (w.shape[2] - 1) // 2
-    y = torch.nn.functional.conv1d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), padding=pad,
-                                   dilation=dilation)
+    y = torch.nn.functional.conv1d(
+        torch.from_numpy(x).double(), torch.from_numpy(w).double(), padding=pad, dilation=dilation
+    )
     return (y + torch.from_numpy(b)).numpy()
 
 
@@ -231,20 +232,25 @@ def test_only_selected_convs_with_channel_quads_become_int8():
 
 
 def test_int8_builds_take_the_resblocks_and_leave_the_rest_to_bf16():
-    from kokoro_tvm.compiler.build import BuildSpec, _key_fields, bucket_specs
+    from kokoro_tvm.compiler.build import BuildSpec, key_fields
+    from kokoro_tvm.compiler.precompile import bucket_specs
     from kokoro_tvm.compiler.pipeline import precision_passes
     from kokoro_tvm.components import build_precision
     from kokoro_tvm.runtime.buckets import parse_buckets
 
     specs = bucket_specs(parse_buckets("default"), precision="int8")
     assert {s.component: s.precision for s in specs} == {
-        "albert": "full", "duration": "full", "f0n": "full", "text_encoder": "bf16", "decoder": "int8"
+        "albert": "full",
+        "duration": "full",
+        "f0n": "full",
+        "text_encoder": "bf16",
+        "decoder": "int8",
     }
     assert build_precision("text_encoder", "int8") == "bf16"  # the bf16 runtime's artifact, shared
     names = [p.info.name for p in precision_passes("decoder", "int8")]
     assert names.index("Int8Convolutions") < names.index("Bf16Convolutions")
     target = {"kind": "llvm", "mcpu": "znver4"}
-    keys = [_key_fields(BuildSpec.dynamic("decoder", precision=p), "w", target) for p in ("bf16", "int8")]
+    keys = [key_fields(BuildSpec.dynamic("decoder", precision=p), "w", target) for p in ("bf16", "int8")]
     assert keys[0] != keys[1] and keys[1]["int8_kernel"] == int8.KERNEL_VERSION
 
 

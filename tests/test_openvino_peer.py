@@ -54,8 +54,11 @@ def test_bad_settings_are_one_error_before_any_work():
 
 
 def _record(peers: dict, tvm: dict, quality: dict) -> dict:
-    return {"peers": {n: {"s": s} for n, s in peers.items()}, "tvm_policies": {n: {"s": s} for n, s in tvm.items()},
-            "quality": quality}  # fmt: skip
+    return {
+        "peers": {n: {"s": s} for n, s in peers.items()},
+        "tvm_policies": {n: {"s": s} for n, s in tvm.items()},
+        "quality": quality,
+    }
 
 
 def test_lead_counts_own_noise_peers_and_bars_same_noise_ones():
@@ -66,8 +69,9 @@ def test_lead_counts_own_noise_peers_and_bars_same_noise_ones():
         "openvino_f32": {"same_noise": True, "pesq_wb": 4.6},
         "ort_int8": {"same_noise": False, "pesq_wb": 3.9},  # its own noise: counted whatever its PESQ
     }
-    record = _record({"openvino_bf16": 2.0, "openvino_f32": 3.6, "ort_int8": 3.0}, {"tvm": 3.5, "tvm[int8]": 1.5},
-                     quality)  # fmt: skip
+    record = _record(
+        {"openvino_bf16": 2.0, "openvino_f32": 3.6, "ort_int8": 3.0}, {"tvm": 3.5, "tvm[int8]": 1.5}, quality
+    )
     assert lead_over_peers(record) == {"tvm": "tvm[int8]", "peer": "ort_int8", "ratio": 2.0}
     quality["ort_int8"]["same_noise"] = True
     assert lead_over_peers(record)["peer"] == "openvino_f32"

@@ -47,6 +47,10 @@ def test_kernel_split_groups_fused_names_by_what_they_do():
     }
     split = kernel_split(times)
     assert split == {
-        "convolution": 1.25, "bf16 packing": 0.1875, "int8 packing": 0.25, "int8 ranges": 0.125, "other": 3.0
+        "convolution": 1.25,
+        "bf16 packing": 0.1875,
+        "int8 packing": 0.25,
+        "int8 ranges": 0.125,
+        "other": 3.0,
     }
     assert sum(split.values()) == sum(times.values())

@@ -21,9 +21,21 @@ from kokoro_tvm.errors import InputError
 
 
 def _rows(key_sentence: int, backends=("pt_dynamic", "tvm_dynamic")) -> list[dict]:
-    return [{"voice": "af_heart", "sentence": key_sentence, "text": "A b.", "backend": b, "seconds": 1.5,
-             "samples_vs_reference": 0, "finite": True, "wer": 0.0, "transcript": "a b",
-             "pesq_wb": None if b == "pt_dynamic" else 4.6} for b in backends]  # fmt: skip
+    return [
+        {
+            "voice": "af_heart",
+            "sentence": key_sentence,
+            "text": "A b.",
+            "backend": b,
+            "seconds": 1.5,
+            "samples_vs_reference": 0,
+            "finite": True,
+            "wer": 0.0,
+            "transcript": "a b",
+            "pesq_wb": None if b == "pt_dynamic" else 4.6,
+        }
+        for b in backends
+    ]
 
 
 def test_table_keeps_each_task_once_and_reads_back(tmp_path):
@@ -36,8 +48,12 @@ def test_table_keeps_each_task_once_and_reads_back(tmp_path):
     table.write(task_key("af_heart", 10), _rows(10))
     assert table.done() == {"af_heart-000003", "af_heart-000010"}
     rows = table.read()
-    assert [(r["sentence"], r["backend"]) for r in rows] == [(3, "pt_dynamic"), (3, "tvm_dynamic"),
-                                                            (10, "pt_dynamic"), (10, "tvm_dynamic")]  # fmt: skip
+    assert [(r["sentence"], r["backend"]) for r in rows] == [
+        (3, "pt_dynamic"),
+        (3, "tvm_dynamic"),
+        (10, "pt_dynamic"),
+        (10, "tvm_dynamic"),
+    ]
     assert rows[1]["pesq_wb"] == 4.6 and rows[0]["pesq_wb"] is None and rows[0]["snr_db"] is None
     assert not list((tmp_path / "rows").glob(".*partial"))  # no temporary file left behind
     table.clear()  # a fresh run into the same folder (evaluate(fresh=True), notebook 07)
@@ -119,8 +135,10 @@ def test_sentences_and_tasks_are_checked_before_any_work(tmp_path):
     sentences = ["A much longer sentence than the others.", "Short.", "Middle one here.", "Tiny."]
     tasks = plan_tasks(sentences, ["af_heart"], ("pt_dynamic", "tvm_exact", "tvm_dynamic"), limit=2, exact=1)
     # two sentences spread over the lengths (shortest and longest); indices are their places in the source
-    assert [(t.sentence, t.backends) for t in tasks] == [(3, ("pt_dynamic", "tvm_exact", "tvm_dynamic")),
-                                                         (0, ("pt_dynamic", "tvm_dynamic"))]  # fmt: skip
+    assert [(t.sentence, t.backends) for t in tasks] == [
+        (3, ("pt_dynamic", "tvm_exact", "tvm_dynamic")),
+        (0, ("pt_dynamic", "tvm_dynamic")),
+    ]
     with pytest.raises(InputError, match="unknown voice 'xx_nobody'"):
         plan_tasks(sentences, ["xx_nobody"], ("pt_dynamic",))
 
@@ -196,8 +214,7 @@ def _free_port() -> int:
 
 def _dask(*args: str, log: Path) -> subprocess.Popen:
     dask = Path(sys.executable).with_name("dask")
-    return subprocess.Popen([str(dask), *args], stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    return subprocess.Popen([str(dask), *args], stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _stop(*processes: subprocess.Popen) -> None:
@@ -217,15 +234,23 @@ def test_a_cluster_without_workers_stops_the_run_instead_of_hanging(tmp_path, mo
 
     monkeypatch.setattr(cluster, "WORKER_WAIT_S", 3)
     address = f"tcp://127.0.0.1:{_free_port()}"
-    scheduler = _dask("scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard",
-                      log=tmp_path / "scheduler.log")  # fmt: skip
+    scheduler = _dask(
+        "scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        address.rsplit(":", 1)[1],
+        "--no-dashboard",
+        log=tmp_path / "scheduler.log",
+    )
     worker = None
     try:
         with Client(address, timeout=30) as client:
             with pytest.raises(cluster.ClusterError, match=r"^no Dask worker joined the scheduler within 3 s"):
                 cluster.check_workers(client, facts=dict)
-            worker = _dask("worker", address, "--nthreads", "1", "--no-dashboard", "--no-nanny",
-                           log=tmp_path / "worker.log")  # fmt: skip
+            worker = _dask(
+                "worker", address, "--nthreads", "1", "--no-dashboard", "--no-nanny", log=tmp_path / "worker.log"
+            )
             client.wait_for_workers(1, timeout=60)
             futures = [client.submit(time.sleep, 600, pure=False) for _ in range(2)]
             while not client.processing()[next(iter(client.scheduler_info()["workers"]))]:
@@ -250,16 +275,31 @@ def test_a_killed_worker_loses_nothing(tmp_path):
 
     sentences = sorted(load_sentences(), key=len)[:3]
     backends = ("pt_dynamic", "tvm_dynamic")
-    serial = evaluate(sentences, tmp_path / "serial", backends=backends, scheduler="in-process", threads=1,
-                      progress=False,
-                      wav_dir=tmp_path / "serial_wav")  # fmt: skip
+    serial = evaluate(
+        sentences,
+        tmp_path / "serial",
+        backends=backends,
+        scheduler="in-process",
+        threads=1,
+        progress=False,
+        wav_dir=tmp_path / "serial_wav",
+    )
     address = f"tcp://127.0.0.1:{_free_port()}"
     env_log = tmp_path / "logs"
     env_log.mkdir()
-    scheduler = _dask("scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],
-                      "--no-dashboard", log=env_log / "scheduler.log")  # fmt: skip
-    workers = [_dask("worker", address, "--nthreads", "1", "--no-dashboard", "--no-nanny",
-                     log=env_log / f"worker{i}.log") for i in range(2)]  # fmt: skip
+    scheduler = _dask(
+        "scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        address.rsplit(":", 1)[1],
+        "--no-dashboard",
+        log=env_log / "scheduler.log",
+    )
+    workers = [
+        _dask("worker", address, "--nthreads", "1", "--no-dashboard", "--no-nanny", log=env_log / f"worker{i}.log")
+        for i in range(2)
+    ]
     done = threading.Event()  # set when the test ends, however: the killer thread never outlives it
     try:
         out = tmp_path / "cluster"
@@ -272,8 +312,9 @@ def test_a_killed_worker_loses_nothing(tmp_path):
 
         killer = threading.Thread(target=kill_first_worker_once_a_task_is_done, daemon=True)
         killer.start()
-        record = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False,
-                          wav_dir=tmp_path / "wav")  # fmt: skip
+        record = evaluate(
+            sentences, out, backends=backends, scheduler=address, threads=1, progress=False, wav_dir=tmp_path / "wav"
+        )
         killer.join(timeout=1)
         assert workers[0].poll() is not None, "the worker was not killed mid-run"
         assert record["failed"] == {} and record["ran"] == len(sentences), record
@@ -290,12 +331,18 @@ def test_a_killed_worker_loses_nothing(tmp_path):
                 return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
             return a == b
 
-        differ = [(a["sentence"], a["backend"], k, a[k], b[k]) for a, b in zip(rows, expected, strict=True)
-                  for k in a if k not in drop and not same(a[k], b[k])]  # fmt: skip
+        differ = [
+            (a["sentence"], a["backend"], k, a[k], b[k])
+            for a, b in zip(rows, expected, strict=True)
+            for k in a
+            if k not in drop and not same(a[k], b[k])
+        ]
         assert not differ, differ
         for index in range(len(sentences)):  # every backend's audio came back through Dask, equal to the serial run's
-            sent, kept = (task_audio(folder, "af_heart", index, backends) for folder in (tmp_path / "wav",
-                                                                                         tmp_path / "serial_wav"))
+            sent, kept = (
+                task_audio(folder, "af_heart", index, backends)
+                for folder in (tmp_path / "wav", tmp_path / "serial_wav")
+            )
             assert list(sent) == list(kept) == list(backends)
             assert all(np.array_equal(sent[b], kept[b]) for b in backends)
         again = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False)

@@ -52,8 +52,12 @@ def test_stream_pieces_lose_nothing_and_follow_the_rule(phonemes):
 
 
 def test_a_paragraph_streams_its_first_sentence_first_then_whole_sentences():
-    sentences = ["ðə bˈɔɪ wʌz ðˈɛɹ wˌɛn ðə sˈʌn ɹˈOz.", "ɐ ɹˈɑd ɪz jˈuzd tə kˈæʧ pˈɪŋk sˈæmən.",
-                 "ðə sˈɔɹs ʌv ðə hjˈuʤ ɹˈɪvəɹ ɪz ðə klˈɪɹ spɹˈɪŋ.", "kˈɪk ðə bˈɔl stɹˈAt ænd fˈɑlO θɹˈu."]  # fmt: skip
+    sentences = [
+        "ðə bˈɔɪ wʌz ðˈɛɹ wˌɛn ðə sˈʌn ɹˈOz.",
+        "ɐ ɹˈɑd ɪz jˈuzd tə kˈæʧ pˈɪŋk sˈæmən.",
+        "ðə sˈɔɹs ʌv ðə hjˈuʤ ɹˈɪvəɹ ɪz ðə klˈɪɹ spɹˈɪŋ.",
+        "kˈɪk ðə bˈɔl stɹˈAt ænd fˈɑlO θɹˈu.",
+    ]
     assert stream_pieces(" ".join(sentences)) == sentences  # each sentence fits twice the one before, not two
     # as many whole sentences as fit in twice the piece before (66 symbols here), never a part of one
     grouped = stream_pieces(" ".join([sentences[0], "hˈI.", sentences[2], sentences[3]]))
@@ -157,11 +161,18 @@ def test_first_audio_times_the_stream_and_the_peer(monkeypatch):
     # one round, no warm-up: this checks what the record holds, not how fast (the timings are `bench --first-audio`'s
     # and notebook 08's). kokoro-onnx on our fp32 export only: on its int8 export, through the same class, this round
     # took 9.4 s against 3.7 s on one thread of a Zen 2 with no VNNI (notebook 08's FAST ort_int8 peer reads that file)
-    record = first_audio("The boy was there when the sun rose. A rod is used to catch pink salmon.", runs=1, warmup=0,
-                         precisions="fp32", threads=cpu_share(), peers=("kpipeline", "kokoro_onnx_fp32"))  # fmt: skip
+    record = first_audio(
+        "The boy was there when the sun rose. A rod is used to catch pink salmon.",
+        runs=1,
+        warmup=0,
+        precisions="fp32",
+        threads=cpu_share(),
+        peers=("kpipeline", "kokoro_onnx_fp32"),
+    )
     assert set(record["backends"]) == {"tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx_fp32"}
-    streamed, whole, peer, onnx_fp32 = (record["backends"][k] for k in (
-        "tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx_fp32"))  # fmt: skip
+    streamed, whole, peer, onnx_fp32 = (
+        record["backends"][k] for k in ("tvm[fp32]", "tvm_whole[fp32]", "kpipeline", "kokoro_onnx_fp32")
+    )
     assert streamed["pieces"] == 2 and whole["pieces"] == 1
     assert peer["pieces"] == onnx_fp32["pieces"] == 1  # one chunk of <= 510 phonemes each
     assert 0 < streamed["first_s"] < streamed["total_s"]  # the first piece comes before the end

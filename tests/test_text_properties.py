@@ -25,8 +25,9 @@ URLS = st.builds(
 )
 LONG_WORDS = st.text(string.ascii_letters, min_size=60, max_size=700)
 SCRIPTS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
-MIXED = st.lists(st.one_of(WORDS, NUMBERS, URLS, SCRIPTS, st.sampled_from(list("!?.,;:—…\"'()[]{}<>@#%^&*~`|\\\n\t"))),
-                 max_size=12).map(" ".join)  # fmt: skip
+MIXED = st.lists(
+    st.one_of(WORDS, NUMBERS, URLS, SCRIPTS, st.sampled_from(list("!?.,;:—…\"'()[]{}<>@#%^&*~`|\\\n\t"))), max_size=12
+).map(" ".join)
 TEXTS = st.one_of(SCRIPTS, MIXED, LONG_WORDS, URLS, NUMBERS, st.text(max_size=200))
 
 

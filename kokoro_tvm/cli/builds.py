@@ -22,7 +22,7 @@ def compile_artifacts(args: argparse.Namespace) -> int:
     import torch  # (deferred: torch loads only for the commands that build)
 
     from kokoro_tvm.compiled import check_precision
-    from kokoro_tvm.compiler.build import precompile
+    from kokoro_tvm.compiler.precompile import precompile
     from kokoro_tvm.weights.resolve import load_kmodel
 
     buckets = parse_buckets(args.buckets)  # a bad spec fails before the weights load
@@ -35,9 +35,12 @@ def compile_artifacts(args: argparse.Namespace) -> int:
     built = [r for r in records if not r["cached"]]
     log.info(
         "%d artifacts: %d built in %.0f s, %d already cached; %.1f MB of libraries",
-        len(records), len(built), sum(r["seconds"] for r in built), len(records) - len(built),
+        len(records),
+        len(built),
+        sum(r["seconds"] for r in built),
+        len(records) - len(built),
         sum(r["library_bytes"] for r in records) / 1e6,
-    )  # fmt: skip
+    )
     return 0
 
 
@@ -60,8 +63,10 @@ def gpu_build(args: argparse.Namespace) -> int:
     manifest = build_components(model, args.target, lengths, out, export=args.export, symbolic=args.symbolic)
     failed = 0
     for entry in manifest["components"]:
-        summary = {k: entry[k] for k in ("component", "length", "symbolic", "kernel_count", "threadgroup_sizes",
-                                         "source_bytes")}  # fmt: skip
+        summary = {
+            k: entry[k]
+            for k in ("component", "length", "symbolic", "kernel_count", "threadgroup_sizes", "source_bytes")
+        }
         summary.update({k: entry[k] for k in ("nvcc", "export") if k in entry}, problems=entry["problems"])
         print(json.dumps(summary))
         failed += bool(entry["problems"]) or entry.get("nvcc", {}).get("status") == "failed"
@@ -85,14 +90,27 @@ def check_gpu(args: argparse.Namespace) -> int:
     model, info = load_kmodel(args.weights)
     utterances = gpu_bundle.default_utterances(quick=args.quick)
     if args.bundle_only:
-        bundle = gpu_bundle.make_bundle(model, info.fingerprint, args.target, out / "bundle", utterances,
-                                        with_runtime=args.runtime_kit, part_bytes=args.part_mib * 2**20,
-                                        kit_python=args.kit_python)  # fmt: skip
-        summary = {"bundle": str(out / "bundle"), "bytes": bundle["bytes"], "parts": len(bundle["parts"]),
-                   "run": bundle["run"]}  # fmt: skip
+        bundle = gpu_bundle.make_bundle(
+            model,
+            info.fingerprint,
+            args.target,
+            out / "bundle",
+            utterances,
+            with_runtime=args.runtime_kit,
+            part_bytes=args.part_mib * 2**20,
+            kit_python=args.kit_python,
+        )
+        summary = {
+            "bundle": str(out / "bundle"),
+            "bytes": bundle["bytes"],
+            "parts": len(bundle["parts"]),
+            "run": bundle["run"],
+        }
         if args.archive:  # one xz archive in parts of --part-mib, with the command that unpacks it there
-            summary["transfer"] = {"folder": str(out / "transfer"),
-                                   **bundle_transfer.archive(out / "bundle", out / "transfer", args.part_mib * 2**20)}
+            summary["transfer"] = {
+                "folder": str(out / "transfer"),
+                **bundle_transfer.archive(out / "bundle", out / "transfer", args.part_mib * 2**20),
+            }
         print(json.dumps(summary))
         return 0
     report = gpu_check.gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs)
@@ -119,8 +137,11 @@ def _add_gpu_build(sub) -> None:
     parser.add_argument("--frames", type=positive_int, default=64, help="frame-axis length (default 64)")
     parser.add_argument("--components", help="comma-separated subset (default: all five)")
     parser.add_argument("--out", default="outputs/06_metal_builds/sources", help="folder for sources + manifest")
-    parser.add_argument("--symbolic", action="store_true",
-                        help="the symbolic-length builds the runtime uses (every length; --tokens/--frames unused)")
+    parser.add_argument(
+        "--symbolic",
+        action="store_true",
+        help="the symbolic-length builds the runtime uses (every length; --tokens/--frames unused)",
+    )
     parser.add_argument("--export", action="store_true", help="also export a Metal library (macOS only)")
     add_weights(parser)
     parser.set_defaults(func=gpu_build)
@@ -136,14 +157,23 @@ def _add_gpu_check(sub) -> None:
     parser.add_argument("--runs", type=positive_int, default=10, help="timed calls per component (default 10)")
     parser.add_argument("--bundle-only", action="store_true", help="only write the bundle (to run elsewhere)")
     parser.add_argument("--runtime-kit", action="store_true", help="with --bundle-only: carry TVM's runtime too")
-    parser.add_argument("--kit-python", metavar="X.Y", type=python_version,
-                        help="with --runtime-kit: the Python that runs it there (default: this one)")  # fmt: skip
     parser.add_argument(
-        "--part-mib", type=positive_int, default=gpu_bundle.PART_BYTES // 2**20,
+        "--kit-python",
+        metavar="X.Y",
+        type=python_version,
+        help="with --runtime-kit: the Python that runs it there (default: this one)",
+    )
+    parser.add_argument(
+        "--part-mib",
+        type=positive_int,
+        default=gpu_bundle.PART_BYTES // 2**20,
         help="with --bundle-only: the most one copy to the device's machine carries (bundle.json 'parts')",
-    )  # fmt: skip
-    parser.add_argument("--archive", action="store_true",
-                        help="with --bundle-only: also an xz archive of the bundle in parts of --part-mib (transfer/)")
+    )
+    parser.add_argument(
+        "--archive",
+        action="store_true",
+        help="with --bundle-only: also an xz archive of the bundle in parts of --part-mib (transfer/)",
+    )
     parser.add_argument("--score", metavar="RESULTS", help="score run_bundle.py's results folder against OUT/bundle")
     add_weights(parser)
     parser.set_defaults(func=check_gpu)

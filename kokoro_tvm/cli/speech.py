@@ -58,9 +58,14 @@ def say(args: argparse.Namespace) -> int:
         path = write_wav(args.output, speech.audio, speech.metadata["sample_rate"], fmt=args.format, metadata=metadata)
     log.info(
         "wrote %s: %.2f s of audio, %d chunk(s), voice %s, backend %s, weights %s (%.1f s)",
-        path, speech.seconds, len(speech.chunks), speech.metadata["voice"], speech.metadata["backend"],
-        speech.metadata["weights"]["source"], time.perf_counter() - start,
-    )  # fmt: skip
+        path,
+        speech.seconds,
+        len(speech.chunks),
+        speech.metadata["voice"],
+        speech.metadata["backend"],
+        speech.metadata["weights"]["source"],
+        time.perf_counter() - start,
+    )
     print(path)
     return 0
 
@@ -84,17 +89,31 @@ def say_stream(args: argparse.Namespace) -> int:
             metadata = dict(stream.metadata(), wav_format=args.format, kokoro_tvm=__version__)
             wav.path.with_suffix(".json").write_text(json.dumps(metadata, indent=1, ensure_ascii=False) + "\n")
         print(wav.path)
-    log.info("streamed %d piece(s) to %s: first after %.2f s, all after %.2f s", len(stream.pieces), args.output,
-             first, time.perf_counter() - start)  # fmt: skip
+    log.info(
+        "streamed %d piece(s) to %s: first after %.2f s, all after %.2f s",
+        len(stream.pieces),
+        args.output,
+        first,
+        time.perf_counter() - start,
+    )
     return 0
 
 
 def compare(args: argparse.Namespace) -> int:
     from kokoro_tvm.evaluation.parity import compare_text  # (deferred: Whisper and the reference model)
 
-    record = compare_text(args.text, voice=args.voice, precision=args.precision, seed=args.seed, weights=args.weights,
-                          bucket=args.bucket, device=args.device, buckets=args.buckets, asr=not args.no_asr,
-                          language=args.lang)  # fmt: skip
+    record = compare_text(
+        args.text,
+        voice=args.voice,
+        precision=args.precision,
+        seed=args.seed,
+        weights=args.weights,
+        bucket=args.bucket,
+        device=args.device,
+        buckets=args.buckets,
+        asr=not args.no_asr,
+        language=args.lang,
+    )
     return _print_record(record, args.json)
 
 
@@ -104,9 +123,16 @@ def first_audio_record(args: argparse.Namespace) -> dict:
     peers = {"all": latency.STREAM_PEERS, "none": ()}.get(args.peers.strip())
     if peers is None:
         peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
-    return latency.first_audio(args.text or latency.DEFAULT_PARAGRAPH, voice=args.voice, threads=args.threads,
-                               runs=args.runs, warmup=args.warmup, precisions=args.precision, peers=peers,
-                               weights=args.weights)  # fmt: skip
+    return latency.first_audio(
+        args.text or latency.DEFAULT_PARAGRAPH,
+        voice=args.voice,
+        threads=args.threads,
+        runs=args.runs,
+        warmup=args.warmup,
+        precisions=args.precision,
+        peers=peers,
+        weights=args.weights,
+    )
 
 
 def _print_record(record: dict, one_line: bool) -> int:
@@ -141,9 +167,10 @@ def _add_say(sub) -> None:
     parser.add_argument("text", help="English text (or phonemes with --phonemes)")
     parser.add_argument("-o", "--output", required=True, help="WAV file to write; '-': raw --format samples to stdout")
     parser.add_argument(
-        "--stream", action="store_true",
+        "--stream",
+        action="store_true",
         help="write each piece as soon as it is spoken (the first ends at the first clause or sentence end)",
-    )  # fmt: skip
+    )
     add_voice(parser)
     parser.add_argument("--speed", type=float, default=1.0)
     parser.add_argument("--backend", choices=BACKENDS, default="torch")
@@ -179,10 +206,11 @@ def _add_bench(sub) -> None:
     parser = sub.add_parser("bench", help="TVM and its peers (PyTorch, torch.compile, ONNX Runtime) on one utterance")
     parser.add_argument("--text", help="one utterance (default: an 11-12 s sentence; --first-audio: four sentences)")
     parser.add_argument(
-        "--first-audio", action="store_true",
+        "--first-audio",
+        action="store_true",
         help="time to the first streamed piece and to the last, and underruns, of TVM's streams (and, with "
         "--peers, KPipeline's generator) against TVM speaking the whole text",
-    )  # fmt: skip
+    )
     add_voice(parser)
     parser.add_argument("--threads", type=positive_int, default=2, help="threads for every backend (default 2)")
     parser.add_argument("--runs", type=positive_int, default=5, help="timed rounds; the median is reported")

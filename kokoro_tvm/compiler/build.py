@@ -33,11 +33,8 @@ from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_w
 from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
 from kokoro_tvm.compiler.targets import DTYPES, check_dtype, host_target
 from kokoro_tvm.components import (
-    FRAME_COMPONENTS,
     LENGTH_TILE,
-    NAMES,
     SYMBOLIC_MAX_LENGTH,
-    TOKEN_COMPONENTS,
     build_precision,
     check_arithmetic,
 )
@@ -146,7 +143,7 @@ def _key(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
+def key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
     shape = asdict(spec)
     if not spec.symbolic:
         del shape["symbolic"]  # static keys as before the field existed: their cached artifacts stay valid
@@ -185,7 +182,7 @@ def _valid(folder: Path, fields: dict) -> Artifact | None:
     return artifact
 
 
-def _folder(spec: BuildSpec, fields: dict) -> Path:
+def cache_folder(spec: BuildSpec, fields: dict) -> Path:
     length = f"upto{spec.length}" if spec.symbolic else f"n{spec.length}"
     dtype = spec.dtype if spec.precision == "full" else spec.precision
     return cache_dir() / "artifacts" / f"{spec.component}-{dtype}-b{spec.batch}-{length}-{_key(fields)}"
@@ -200,8 +197,8 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
     then finds it built), and every file is written under a temporary name and renamed into place, the
     manifest last, so a reader never meets a half-written library."""
     target = target or host_target()
-    fields = _key_fields(spec, weights_fingerprint, target)
-    folder = _folder(spec, fields)
+    fields = key_fields(spec, weights_fingerprint, target)
+    folder = cache_folder(spec, fields)
     with cache_lock(folder):
         cached = _valid(folder, fields)  # possibly built by another process while this one waited
         if cached is not None:
@@ -232,8 +229,15 @@ def require_arithmetic(arithmetic: str, target) -> None:
 def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path, decomposed=None) -> dict:
     check_dtype(spec.dtype, target["kind"])
     require_arithmetic(spec.precision, target)
-    log.info("building %s (%s, length %s%d, batch %d) for %s", spec.component, spec.dtype,
-             "symbolic up to " if spec.symbolic else "", spec.length, spec.batch, target.get("mcpu", target["kind"]))
+    log.info(
+        "building %s (%s, length %s%d, batch %d) for %s",
+        spec.component,
+        spec.dtype,
+        "symbolic up to " if spec.symbolic else "",
+        spec.length,
+        spec.batch,
+        target.get("mcpu", target["kind"]),
+    )
     mod, exported, seconds = relax_module(model, spec, decomposed, target)
     t2 = time.perf_counter()
     executable = compile_relax(mod, target)
@@ -250,8 +254,15 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     digest = params_digest(arrays, names)
     _write_params(params, arrays, names, digest)
     relax_lines = len(mod.script().splitlines())
-    log.info("built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines", spec.component,
-             sum(seconds.values()), seconds["export"], seconds["import"], seconds["compile"], relax_lines)
+    log.info(
+        "built %s in %.1f s (export %.1f, import %.1f, compile %.1f); %d Relax lines",
+        spec.component,
+        sum(seconds.values()),
+        seconds["export"],
+        seconds["import"],
+        seconds["compile"],
+        relax_lines,
+    )
     return {
         "key": fields,
         "param_names": names,
@@ -297,50 +308,3 @@ class OnDemandBuilder:
         else:
             spec = BuildSpec(component, length, self.dtype, precision=precision)
         return build(self.model, self.weights_fingerprint, spec, self.target)
-
-
-def bucket_specs(buckets, dtype: str = "float32", precision: str = "full") -> list[BuildSpec]:
-    """Every (component, length) a bucket set needs, token axis first, smallest first; for the symbolic set
-    (kokoro_tvm.runtime.buckets.DynamicLengths) one symbolic build per component."""
-    if buckets.symbolic:
-        return [BuildSpec.dynamic(name, dtype, build_precision(name, precision)) for name in NAMES]
-    return [
-        BuildSpec(c, n, dtype, precision=build_precision(c, precision))
-        for n, c in [(n, c) for n in buckets.tokens for c in TOKEN_COMPONENTS]
-        + [(n, c) for n in buckets.frames for c in FRAME_COMPONENTS]
-    ]
-
-
-def precompile(
-    model, weights_fingerprint: str, buckets, dtype: str = "float32", progress: bool = True, precision: str = "full"
-) -> list[dict]:
-    """Build (or find in the cache) every artifact of a bucket set, with a progress bar; one record per
-    artifact: component, length, cached or built, seconds, library bytes, its folder in the cache."""
-    from tqdm.auto import tqdm
-
-    target = host_target()
-    records = []
-    specs = bucket_specs(buckets, dtype, precision)
-    bar = tqdm(specs, desc=f"compile {buckets.name}", unit="artifact", disable=not progress)
-    for spec in bar:
-        bar.set_postfix_str(f"{spec.component} {spec.length}")
-        start = time.perf_counter()
-        manifest = _folder(spec, _key_fields(spec, weights_fingerprint, target)) / "manifest.json"
-        before = manifest.stat().st_mtime_ns if manifest.exists() else None
-        artifact = build(model, weights_fingerprint, spec, target)
-        cached = before is not None and manifest.stat().st_mtime_ns == before  # build() rewrites what it builds
-        records.append(
-            {
-                "component": spec.component,
-                "length": spec.length,
-                "symbolic": spec.symbolic,
-                "dtype": dtype,
-                "precision": spec.precision,
-                "cached": cached,
-                "seconds": time.perf_counter() - start,
-                "build_seconds": sum(artifact.manifest["seconds"].values()),
-                "library_bytes": artifact.library.stat().st_size,
-                "folder": str(artifact.library.parent),
-            }
-        )
-    return records

@@ -196,8 +196,6 @@ def _slice(node: torch.fx.Node, importer) -> relax.Var:
     analyzer proves 0 <= start <= end <= size under that, the slice is emitted as in-bounds and its length
     is the simplified end - start. Anything else goes to the stock converter."""
 
-
-
     x = importer.env[node.args[0]]
     dim = node.args[1] if len(node.args) > 1 else 0
     bounds = [node.args[i] if len(node.args) > i else None for i in (2, 3)]
@@ -264,8 +262,9 @@ def unsupported_ops(
     return missing_ops(graph_ops(exported_program), converters)
 
 
-def to_relax(exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False,
-             decomposed: bool = False):  # fmt: skip
+def to_relax(
+    exported_program: torch.export.ExportedProgram, keep_params_as_input: bool = False, decomposed: bool = False
+):
     """Import with our converter table; fails first with the full list of unsupported ops, if any.
     With keep_params_as_input the weights stay function parameters (after the user inputs); `decomposed`: the
     program has had PyTorch's decompositions run already (`build.decomposed_program`)."""

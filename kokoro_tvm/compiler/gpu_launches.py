@@ -20,7 +20,6 @@ class Launch:
         return self.threadgroup[0] * self.threadgroup[1] * self.threadgroup[2]
 
 
-
 def _children(stmt):
     from tvm import s_tir, tirx
 
@@ -95,8 +94,11 @@ def primfunc_launches(lowered) -> dict[str, list[Launch]]:
     the CPU."""
     from tvm import tirx
 
-    return {gv.name_hint: launches_of(f) for gv, f in lowered.functions.items()
-            if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_host_func"))}  # fmt: skip
+    return {
+        gv.name_hint: launches_of(f)
+        for gv, f in lowered.functions.items()
+        if isinstance(f, tirx.PrimFunc) and not (f.attrs and f.attrs.get("tirx.is_host_func"))
+    }
 
 
 def unbound_functions(launches: dict[str, list[Launch]]) -> list[str]:

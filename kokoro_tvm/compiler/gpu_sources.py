@@ -146,17 +146,31 @@ def build_sources(model, spec, kind: str = "metal") -> GPUBuild:
     launches = primfunc_launches(lowered)
     unbound = unbound_functions(launches)
     if unbound:  # code generation would stop in VerifyMemory; report every function instead
-        return GPUBuild(spec.component, spec.length, spec.dtype, kind, target, launches, unbound, "", {}, seconds,
-                        coverage)  # fmt: skip
+        return GPUBuild(
+            spec.component, spec.length, spec.dtype, kind, target, launches, unbound, "", {}, seconds, coverage
+        )
     start = time.perf_counter()
     executable = compile_lowered(lowered, target)
     seconds["codegen"] = time.perf_counter() - start
     source = device_source(executable, kind)
     kernels = split_kernels(source, kind)
-    log.info("%s %d for %s: %d kernels, %d bytes of source", spec.component, spec.length, kind, len(kernels),
-             len(source))  # fmt: skip
-    return GPUBuild(spec.component, spec.length, spec.dtype, kind, target, launches, [], source, kernels, seconds,
-                    coverage, executable)  # fmt: skip
+    log.info(
+        "%s %d for %s: %d kernels, %d bytes of source", spec.component, spec.length, kind, len(kernels), len(source)
+    )
+    return GPUBuild(
+        spec.component,
+        spec.length,
+        spec.dtype,
+        kind,
+        target,
+        launches,
+        [],
+        source,
+        kernels,
+        seconds,
+        coverage,
+        executable,
+    )
 
 
 def save(build: GPUBuild, folder: Path) -> dict:
@@ -203,14 +217,20 @@ def nvcc_check(source: str, arch: str = "sm_80") -> dict:
             if done.returncode != 0:  # (-w: TVM's unused-variable warnings drown the errors)
                 messages = re.findall(r"error\s*: (.*)", done.stderr)
                 distinct = {m: messages.count(m) for m in dict.fromkeys(messages)}
-                return {"status": "failed", "arch": arch, "seconds": time.perf_counter() - start, "errors": distinct,
-                        "first_error": done.stderr.strip()[:1500]}  # fmt: skip
+                return {
+                    "status": "failed",
+                    "arch": arch,
+                    "seconds": time.perf_counter() - start,
+                    "errors": distinct,
+                    "first_error": done.stderr.strip()[:1500],
+                }
         entries = len(re.findall(r"^\.visible \.entry ", ptx.read_text(), re.M))
     return {"status": "compiled", "arch": arch, "seconds": time.perf_counter() - start, "ptx_entries": entries}
 
 
-def build_components(model, kind: str, lengths: dict[str, int], folder: Path, export: bool = False,
-                     symbolic: bool = False) -> dict:  # fmt: skip
+def build_components(
+    model, kind: str, lengths: dict[str, int], folder: Path, export: bool = False, symbolic: bool = False
+) -> dict:
     """Build every component in `lengths` ({component: tokens or frames}; with `symbolic`, its symbolic-length
     build, the one the runtime uses for every length) for `kind`, save each source under `folder` with
     manifest.json, and return the manifest: per component its inventory, problems, and for CUDA nvcc's verdict,
@@ -250,8 +270,11 @@ def gpu_lstm_check(batch: int = 2, hidden: int = 16, steps: int = 9, seed: int =
     features = 5
     x = rng.standard_normal((batch, steps, features))
     lengths = np.array([max(1, steps - 3 * b) for b in range(batch)], dtype=np.int64)
-    weights = [rng.standard_normal(shape) * 0.4 for _ in range(2)
-               for shape in ((4 * hidden, features), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,))]  # fmt: skip
+    weights = [
+        rng.standard_normal(shape) * 0.4
+        for _ in range(2)
+        for shape in ((4 * hidden, features), (4 * hidden, hidden), (4 * hidden,), (4 * hidden,))
+    ]
     w_ih, w_hh, b_ih, b_hh, w_ih_r, w_hh_r, b_ih_r, b_hh_r = weights
     gates_x = np.stack([x @ w_ih.T + b_ih + b_hh, x @ w_ih_r.T + b_ih_r + b_hh_r])  # the hoisted projection
     w_hh_t = np.stack([w_hh.T, w_hh_r.T])
@@ -265,8 +288,11 @@ def gpu_lstm_check(batch: int = 2, hidden: int = 16, steps: int = 9, seed: int =
 
     gpu_twin = run(gpu_recurrence_kernel(batch, hidden, "float64", bind_threads=False))
     cpu = run(recurrence_kernel(batch, hidden, "float64"))
-    torch_out = masked_lstm_reference(torch.from_numpy(x), torch.from_numpy(lengths),
-                                      *(torch.from_numpy(w) for w in weights)).detach().numpy()  # fmt: skip
+    torch_out = (
+        masked_lstm_reference(torch.from_numpy(x), torch.from_numpy(lengths), *(torch.from_numpy(w) for w in weights))
+        .detach()
+        .numpy()
+    )
     return {
         "batch": batch,
         "hidden": hidden,

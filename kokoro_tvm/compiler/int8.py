@@ -129,9 +129,7 @@ def register_intrinsic(lanes: int = LANES) -> str:
 def conv(xq: te.Tensor, wq: te.Tensor, dilation: int, tail: int = 0) -> te.Tensor:
     """out[n, o, t] = sum i32(xq[n, c4, t + k d, p]) * i32(wq[o, c4, k, p]), int32 (see the module); the last
     `tail` columns of xq are vector padding."""
-    return packed.packed_conv(
-        xq, wq, dilation, lambda x, w: x.astype("int32") * w.astype("int32"), "int8_conv1d", tail
-    )
+    return packed.packed_conv(xq, wq, dilation, lambda x, w: x.astype("int32") * w.astype("int32"), "int8_conv1d", tail)
 
 
 # --- the Relax rewrite -----------------------------------------------------------------------------------------
@@ -200,7 +198,8 @@ def _pack_weights(rows: te.Tensor, scales: te.Tensor, row_scale: te.Tensor, zero
     wq = te.compute((o, columns), quantize, name="int8_pack_w")
     j = te.reduce_axis((0, columns), "j")
     correction = te.compute(
-        (o,), lambda a: te.sum(wq[a, j].astype("int32") * zeros[j].astype("int32"), axis=[j]),
+        (o,),
+        lambda a: te.sum(wq[a, j].astype("int32") * zeros[j].astype("int32"), axis=[j]),
         name="int8_zero_correction",
     )
     return [wq, correction]

@@ -53,9 +53,12 @@ def peak_loop(kind: str, threads: int = 2):
             for i in range(count):
                 for c in T.unroll(chains):
                     acc[T.ramp(c * LANES, 1, LANES)] = T.call_pure_extern(
-                        vector, step.extern, acc[T.ramp(c * LANES, 1, LANES)],
-                        T.broadcast(a_word + T.Cast("int32", i % 2), LANES), T.broadcast(b_word + thread, LANES),
-                    )  # fmt: skip
+                        vector,
+                        step.extern,
+                        acc[T.ramp(c * LANES, 1, LANES)],
+                        T.broadcast(a_word + T.Cast("int32", i % 2), LANES),
+                        T.broadcast(b_word + thread, LANES),
+                    )
             for c in range(chains * LANES):
                 out[thread, c] = acc[c]
 

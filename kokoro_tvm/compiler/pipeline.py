@@ -86,8 +86,13 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         backend = relax.backend.cpu_generic.pipeline
         # Snake's sines in float32 first, the rest (SineGen's) in float64
         sines = [passes.SnakeSine(), passes.VectorizableSine()]
-        rewrites = [passes.PolyphaseConvTranspose(), passes.AlignConvLengths(), *sines, passes.IntegerPowers(),
-                    passes.CumsumInFloat64()]  # fmt: skip
+        rewrites = [
+            passes.PolyphaseConvTranspose(),
+            passes.AlignConvLengths(),
+            *sines,
+            passes.IntegerPowers(),
+            passes.CumsumInFloat64(),
+        ]
         rules, count = schedule.rules(), []
         prefetch = [passes.EpiloguePrefetch()]
         scheduled = [
@@ -97,7 +102,8 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
-        passes.FoldConstantCalls(), relax.transform.FoldConstant(),  # the first folds as the second, only faster
+        passes.FoldConstantCalls(),
+        relax.transform.FoldConstant(),  # the first folds as the second, only faster
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ]

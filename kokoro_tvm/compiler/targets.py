@@ -34,8 +34,11 @@ def host_target() -> dict:
     target = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
     model = tvm.target.Target(target)
     flags = cpu_flags() or frozenset()
-    extra = [f"+{feature}" for flag, feature in KERNEL_FEATURES.items()
-             if flag in flags and not codegen.llvm_cpu_has_features([feature], model)]  # fmt: skip
+    extra = [
+        f"+{feature}"
+        for flag, feature in KERNEL_FEATURES.items()
+        if flag in flags and not codegen.llvm_cpu_has_features([feature], model)
+    ]
     return {**target, "mattr": extra} if extra else target
 
 
@@ -113,10 +116,19 @@ class CPUGeometry:
 # L1 data caches that differ from the common 32 KiB, 8-way, 64-byte lines (vendor optimization manuals).
 _L1_BY_MCPU = {
     **dict.fromkeys(
-        ("icelake-server", "icelake-client", "tigerlake", "sapphirerapids", "emeraldrapids", "alderlake",
-         "raptorlake", "meteorlake", "graniterapids"),
+        (
+            "icelake-server",
+            "icelake-client",
+            "tigerlake",
+            "sapphirerapids",
+            "emeraldrapids",
+            "alderlake",
+            "raptorlake",
+            "meteorlake",
+            "graniterapids",
+        ),
         (48 * 1024, 12, 64),
-    ),  # fmt: skip
+    ),
     **dict.fromkeys(("znver5",), (48 * 1024, 12, 64)),
     **dict.fromkeys(("neoverse-n1", "neoverse-n2", "neoverse-v1", "neoverse-v2"), (64 * 1024, 4, 64)),
     **dict.fromkeys(("apple-m1", "apple-m2", "apple-m3", "apple-m4"), (128 * 1024, 8, 128)),

@@ -184,7 +184,6 @@ def word_error_rate(text: str, audio: np.ndarray, rate: int = SAMPLE_RATE, judge
     transcript)."""
     import jiwer
 
-
     hypothesis = transcribe(audio, rate, judge)
     return float(jiwer.wer(" ".join(words(text)), hypothesis or "<empty>")), hypothesis
 

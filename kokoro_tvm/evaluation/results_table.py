@@ -23,9 +23,21 @@ from kokoro_tvm.paths import temporary_sibling
 STRINGS = ("voice", "text", "backend", "transcript")
 INTEGERS = ("sentence", "samples_vs_reference")
 BOOLEANS = ("finite",)
-FLOATS = ("seconds", "wer", "wer_pocketsphinx", "snr_db", "correlation", "log_mel_l1", "mcd_db", "f0_rmse_hz",
-          "f0_rmse_cents",
-          "voicing_agreement", "pesq_wb", "stoi", "task_s")  # fmt: skip
+FLOATS = (
+    "seconds",
+    "wer",
+    "wer_pocketsphinx",
+    "snr_db",
+    "correlation",
+    "log_mel_l1",
+    "mcd_db",
+    "f0_rmse_hz",
+    "f0_rmse_cents",
+    "voicing_agreement",
+    "pesq_wb",
+    "stoi",
+    "task_s",
+)
 COLUMNS = (*STRINGS[:2], INTEGERS[0], STRINGS[2], *INTEGERS[1:], *BOOLEANS, *FLOATS, STRINGS[3])
 
 
@@ -43,8 +55,12 @@ def task_key(voice: str, sentence: int) -> str:
 def _schema():
     import pyarrow as pa
 
-    types = {**dict.fromkeys(STRINGS, pa.string()), **dict.fromkeys(INTEGERS, pa.int64()),
-             **dict.fromkeys(BOOLEANS, pa.bool_()), **dict.fromkeys(FLOATS, pa.float64())}  # fmt: skip
+    types = {
+        **dict.fromkeys(STRINGS, pa.string()),
+        **dict.fromkeys(INTEGERS, pa.int64()),
+        **dict.fromkeys(BOOLEANS, pa.bool_()),
+        **dict.fromkeys(FLOATS, pa.float64()),
+    }
     return pa.schema([(name, types[name]) for name in COLUMNS])
 
 
@@ -97,8 +113,10 @@ class ResultTable:
             try:
                 rows.extend(pq.read_table(path, schema=_schema()).to_pylist())
             except Exception as exc:  # pyarrow's errors name no common base: any unreadable part is one line
-                raise TableError(f"{path} is not a results file of this project ({type(exc).__name__}); delete it "
-                                 "to recompute that task") from None  # fmt: skip
+                raise TableError(
+                    f"{path} is not a results file of this project ({type(exc).__name__}); delete it "
+                    "to recompute that task"
+                ) from None
         return rows
 
 

@@ -200,8 +200,9 @@ def stream_pieces(
 ) -> list[str]:
     """Phoneme pieces for streaming (the rule above), all at once, each later piece within `growth` times the
     one before; joined with single spaces they give back the input."""
-    pieces = iter_stream_pieces(phonemes, lambda previous: planned_limit(previous, growth), first_max, max_len,
-                                first_min)  # fmt: skip
+    pieces = iter_stream_pieces(
+        phonemes, lambda previous: planned_limit(previous, growth), first_max, max_len, first_min
+    )
     return list(pieces)
 
 

@@ -82,7 +82,6 @@ def claim(
     return Claim(name, value, op, threshold, note, headline)
 
 
-
 def checker(**defaults):
     """`claim` with keyword arguments fixed for one Findings cell (e.g. `fast=FAST, note="performance.md"`); a
     call may still give any of them."""
@@ -91,6 +90,7 @@ def checker(**defaults):
         return claim(name, value, op, threshold, **(defaults | given))
 
     return check
+
 
 def _format(value) -> str:
     if isinstance(value, float):

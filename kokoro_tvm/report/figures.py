@@ -64,8 +64,12 @@ def decoder_padding(sweep: list[dict], path, snr_scale: float = 300.0):
     fig, ax = plt.subplots(figsize=(6, 3))
     buckets = [r["bucket"] for r in sweep]
     ax.semilogx(buckets, [r["stock_corr"] for r in sweep], "o-", label="kokoro decoder: correlation")
-    ax.semilogx(buckets, [min(r["masked_snr_db"], snr_scale) / snr_scale for r in sweep], "^-",
-                label=f"ours: SNR / {snr_scale:.0f} dB")  # fmt: skip
+    ax.semilogx(
+        buckets,
+        [min(r["masked_snr_db"], snr_scale) / snr_scale for r in sweep],
+        "^-",
+        label=f"ours: SNR / {snr_scale:.0f} dB",
+    )
     ax.set_xlabel("bucket (frames)")
     ax.legend(fontsize=8)
     return _save(fig, path)
@@ -136,8 +140,9 @@ def per_sentence_distributions(rows: list[dict], path, metrics=("pesq_wb", "mcd_
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3))
     for ax, metric in zip(axes, metrics, strict=True):
-        values = [[r[metric] for r in rows if r["backend"] == b and r.get(metric) is not None] or [np.nan]
-                  for b in backends]  # fmt: skip
+        values = [
+            [r[metric] for r in rows if r["backend"] == b and r.get(metric) is not None] or [np.nan] for b in backends
+        ]
         ax.boxplot(values)
         ax.set_xticks(range(1, len(backends) + 1), backends)
         ax.set_title(metric, fontsize=9)
@@ -170,11 +175,18 @@ def gflops(components: list[dict], peak: dict, path):
     names = [c["component"] for c in components]
     fig, ax = plt.subplots(figsize=(7, 3))
     for offset, backend in ((-0.2, "torch"), (0.2, "tvm")):
-        ax.bar([i + offset for i in range(len(names))], [c["gflop"] / c[f"{backend}_s"] for c in components], 0.4,
-               label=backend)  # fmt: skip
-    lines = (("torch_gflops", "k", "--", "torch conv peak"), ("tvm_gflops", "C1", ":", "our conv peak"),
-             ("tvm_bf16_gflops", "C2", ":", "our bf16 conv peak"),
-             ("tvm_int8_gflops", "C3", ":", "our int8 conv peak (GOP/s)"))  # fmt: skip
+        ax.bar(
+            [i + offset for i in range(len(names))],
+            [c["gflop"] / c[f"{backend}_s"] for c in components],
+            0.4,
+            label=backend,
+        )
+    lines = (
+        ("torch_gflops", "k", "--", "torch conv peak"),
+        ("tvm_gflops", "C1", ":", "our conv peak"),
+        ("tvm_bf16_gflops", "C2", ":", "our bf16 conv peak"),
+        ("tvm_int8_gflops", "C3", ":", "our int8 conv peak (GOP/s)"),
+    )
     for key, colour, style, label in lines:
         if key in peak:
             ax.axhline(peak[key], color=colour, ls=style, lw=1, label=label)

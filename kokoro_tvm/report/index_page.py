@@ -26,8 +26,17 @@ log = logging.getLogger(__name__)
 
 MAX_KEY_METRICS = 30
 EVALUATION_DIR = "evaluate"  # a notebook folder's results table (kokoro_tvm.evaluation.results_table), if it has one
-EVALUATION_COLUMNS = ("backend", "sentences", "same_length", "non_finite", "pesq_wb", "pesq_wb_worst", "stoi_worst",
-                      "mcd_db", "wer_mean")  # fmt: skip
+EVALUATION_COLUMNS = (
+    "backend",
+    "sentences",
+    "same_length",
+    "non_finite",
+    "pesq_wb",
+    "pesq_wb_worst",
+    "stoi_worst",
+    "mcd_db",
+    "wer_mean",
+)
 
 
 def key_metrics(values: dict) -> dict:
@@ -81,8 +90,13 @@ def _evaluation(table_dir: Path, root: Path) -> dict | None:
         log.warning("skipping %s: %s", table_dir, exc)
         return None
     summary = [{k: entry[k] for k in EVALUATION_COLUMNS} for entry in summarize(rows)] if rows else []
-    return {"table": str(table_dir.relative_to(root)), "rows": len(rows), "tasks": len({(r["voice"], r["sentence"])
-            for r in rows}), "voices": sorted({r["voice"] for r in rows}), "summary": summary}  # fmt: skip
+    return {
+        "table": str(table_dir.relative_to(root)),
+        "rows": len(rows),
+        "tasks": len({(r["voice"], r["sentence"]) for r in rows}),
+        "voices": sorted({r["voice"] for r in rows}),
+        "summary": summary,
+    }
 
 
 def _evaluation_html(evaluation: dict | None) -> str:
@@ -91,10 +105,12 @@ def _evaluation_html(evaluation: dict | None) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in EVALUATION_COLUMNS)
     cells = [["n/a" if row[c] is None else _cell(row[c]) for c in EVALUATION_COLUMNS] for row in evaluation["summary"]]
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in cells)
-    return (f"<h3>Results table: {evaluation['tasks']} sentences x voices ({', '.join(evaluation['voices'])}), "
-            f"{evaluation['rows']} rows</h3><p>Read from <code>{html.escape(evaluation['table'])}</code>: medians over "
-            f"sentences, the worst PESQ-WB and STOI, the mean Whisper WER.</p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")  # fmt: skip
+    return (
+        f"<h3>Results table: {evaluation['tasks']} sentences x voices ({', '.join(evaluation['voices'])}), "
+        f"{evaluation['rows']} rows</h3><p>Read from <code>{html.escape(evaluation['table'])}</code>: medians over "
+        f"sentences, the worst PESQ-WB and STOI, the mean Whisper WER.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 def build_summary(root: Path | None = None, weights: dict | None = None) -> dict:
@@ -123,10 +139,17 @@ def _sweep_entry(path: Path, root: Path) -> dict | None:
     for point in record.get("points", []):
         claims = point.get("claims", [])
         executed = path.parent / point["point"] / f"{record['notebook']}.ipynb"
-        rows.append({"point": point["point"], "status": point["status"], "error": point.get("error"),
-                     "held": sum(1 for c in claims if c.get("passed")), "findings": len(claims),
-                     "failed": [c["name"] for c in claims if c.get("passed") is False],
-                     "executed_notebook": str(executed.relative_to(root)) if executed.exists() else None})  # fmt: skip
+        rows.append(
+            {
+                "point": point["point"],
+                "status": point["status"],
+                "error": point.get("error"),
+                "held": sum(1 for c in claims if c.get("passed")),
+                "findings": len(claims),
+                "failed": [c["name"] for c in claims if c.get("passed") is False],
+                "executed_notebook": str(executed.relative_to(root)) if executed.exists() else None,
+            }
+        )
     return {"notebook": record["notebook"], "points": rows}
 
 
@@ -142,9 +165,11 @@ def _sweeps_html(sweeps: list[dict]) -> str:
             f"<td>{html.escape(p['error'] or '')}</td></tr>"
             for p in sweep["points"]
         )
-        parts.append(f"<h3>{html.escape(sweep['notebook'])}</h3><table><thead><tr><th>point</th><th>status</th>"
-                     f"<th>findings held</th><th>failed findings</th><th>error</th></tr></thead><tbody>{rows}"
-                     "</tbody></table>")  # fmt: skip
+        parts.append(
+            f"<h3>{html.escape(sweep['notebook'])}</h3><table><thead><tr><th>point</th><th>status</th>"
+            f"<th>findings held</th><th>failed findings</th><th>error</th></tr></thead><tbody>{rows}"
+            "</tbody></table>"
+        )
     return "".join(parts) + "</section>"
 
 

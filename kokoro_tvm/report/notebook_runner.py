@@ -82,8 +82,14 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
                 f"{notebook.name} failed in cell {exc.exec_count}: {exc.ename}: {exc.evalue} (executed copy: {out})"
             ) from exc
         executed.append(out)
-        log.info("[%d/%d] %s done in %s (%s so far)", number, len(chosen), notebook.stem,
-                 _minutes(time.perf_counter() - start), _minutes(time.perf_counter() - started))  # fmt: skip
+        log.info(
+            "[%d/%d] %s done in %s (%s so far)",
+            number,
+            len(chosen),
+            notebook.stem,
+            _minutes(time.perf_counter() - start),
+            _minutes(time.perf_counter() - started),
+        )
     write_report()
     return executed
 

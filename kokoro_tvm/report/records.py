@@ -56,8 +56,13 @@ def write_metrics(notebook: str, parameters: dict, values: dict, claims: list | 
     """Write outputs/<notebook>/metrics.json with the notebook's findings (kokoro_tvm.report.claims.Claim
     objects, stored with their pass/fail); returns its path."""
     path = notebook_output_dir(notebook) / "metrics.json"
-    record = {"notebook": notebook, "parameters": parameters, **provenance(), "metrics": values,
-              "claims": [c.as_dict() for c in claims or []]}  # fmt: skip
+    record = {
+        "notebook": notebook,
+        "parameters": parameters,
+        **provenance(),
+        "metrics": values,
+        "claims": [c.as_dict() for c in claims or []],
+    }
     path.write_text(json.dumps(_jsonable(record), indent=1) + "\n")
     return path
 

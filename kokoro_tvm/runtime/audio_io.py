@@ -61,8 +61,16 @@ class WavStream:
         width = 4 if self.fmt == "float32" else 2
         tag = 3 if self.fmt == "float32" else 1
         fmt_chunk = struct.pack("<HHIIHH", tag, 1, self.sample_rate, self.sample_rate * width, width, 8 * width)
-        return (b"RIFF" + struct.pack("<I", 36 + self.data_bytes) + b"WAVE" + b"fmt " + struct.pack("<I", 16)
-                + fmt_chunk + b"data" + struct.pack("<I", self.data_bytes))  # fmt: skip
+        return (
+            b"RIFF"
+            + struct.pack("<I", 36 + self.data_bytes)
+            + b"WAVE"
+            + b"fmt "
+            + struct.pack("<I", 16)
+            + fmt_chunk
+            + b"data"
+            + struct.pack("<I", self.data_bytes)
+        )
 
     def write(self, audio: np.ndarray) -> None:
         data = encode(audio, self.fmt).astype("<f4" if self.fmt == "float32" else "<i2").tobytes()

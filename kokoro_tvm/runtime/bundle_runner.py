@@ -2,8 +2,8 @@
 
 Needs only numpy and TVM's runtime (`import tvm` with TVM_USE_RUNTIME_LIB=1 works; the bundle may carry that
 runtime as `runtime_kit/`), and for CUDA, nvcc: a CUDA library holds CUDA source, compiled for the device as it
-loads (`_register_cuda_compiler`). It imports nothing from kokoro_tvm, so it is copied into each bundle as
-`run_bundle.py` and runs on a machine that has neither this project nor torch:
+loads (kokoro_tvm.runtime.bundle_device). It imports nothing else of kokoro_tvm, so it is copied into each bundle
+as `run_bundle.py`, beside `bundle_device.py`, and runs on a machine that has neither this project nor torch:
 
     python3 run_bundle.py BUNDLE --device cuda --out RESULTS_DIR [--kernels N] [--against OTHER_BUNDLE]
 
@@ -22,23 +22,22 @@ import json
 import logging
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+if __package__:  # imported from the package
+    from kokoro_tvm.runtime import bundle_device
+else:  # run as a bundle's run_bundle.py, beside its bundle_device.py
+    import bundle_device
+
+BundleError = bundle_device.BundleError
 log = logging.getLogger("run_bundle")
 
 BUNDLE_FORMAT = 1
-
-
-class BundleError(RuntimeError):
-    """The bundle is missing, incomplete or of another format."""
 
 
 def read_bundle(folder) -> dict:
@@ -157,61 +156,20 @@ def _use_every_cpu() -> None:
     os.environ.setdefault("TVM_NUM_THREADS", str(cpus))
 
 
-def _load_device_runtime(device: str) -> None:
-    """TVM's device runtime (libtvm_runtime_cuda.so, ...) beside libtvm_runtime.so. A full `import tvm` loads it
-    with the backends; the runtime-only mode (TVM_USE_RUNTIME_LIB=1) does not, so it is loaded here. Without
-    it a device library cannot be read ("a loader of that name is not registered")."""
-    import tvm_ffi
-    from tvm.base import _LOADED_LIBS
-    from tvm_ffi.libinfo import load_lib_ctypes
-
-    if device == "cpu" or tvm_ffi.get_global_func(f"ffi.Module.load_from_bytes.{device}", allow_missing=True):
-        return
-    runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
-    try:
-        _LOADED_LIBS[f"tvm_runtime_{device}"] = load_lib_ctypes(
-            "tvm", f"tvm_runtime_{device}", "RTLD_LOCAL", extra_lib_paths=[runtime_dir]
-        )
-    except (OSError, RuntimeError) as exc:  # e.g. libcuda.so.1 (the driver) or libcudart missing
-        raise BundleError(f"cannot load TVM's {device} runtime from {runtime_dir}: {exc}") from exc
-
-
-def _register_cuda_compiler(dev) -> str:
-    """A CUDA library built by this project holds CUDA source (the TVM wheel that builds it has no CUDA), which
-    TVM's CUDA runtime compiles when the library loads, through the `tvm_callback_cuda_compile` callback.
-    TVM's own callback (tvm.support.nvcc) needs the compiler library and compiles with fast math; this one calls
-    nvcc for the device's architecture without fast math (SineGen's sin and the LSTM gates' exp and tanh keep
-    full accuracy). Returns the command line (without file names) for results.json."""
-    import tvm_ffi
-
-    home_nvcc = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"
-    nvcc = shutil.which("nvcc") or (str(home_nvcc) if home_nvcc.is_file() else None)
-    if nvcc is None:
-        raise BundleError("no nvcc to compile the CUDA kernels: put CUDA's bin folder on PATH or set CUDA_HOME")
-    flags = ["--fatbin", "-O3", "-arch=sm_" + str(dev.compute_version).replace(".", "")]
-
-    def compile_source(source: str) -> bytes:
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "kernels.cu").write_text(source)
-            done = subprocess.run([nvcc, *flags, "-o", "kernels.fatbin", "kernels.cu"], cwd=tmp,
-                                  capture_output=True, text=True)  # fmt: skip
-            if done.returncode != 0:  # its errors, not the unused-variable warnings TVM's source draws
-                lines = done.stderr.splitlines()
-                errors = [line.strip() for line in lines if "error" in line] or lines[-3:]
-                raise BundleError(f"nvcc failed ({done.returncode}): {'; '.join(errors[:3])}")
-            return (Path(tmp) / "kernels.fatbin").read_bytes()
-
-    tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_source, override=True)
-    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    return f"{nvcc} {' '.join(flags)} ({version[-1] if version else 'unknown version'})"
-
-
 def _spread(seconds: list[float]) -> dict:
     return {"seconds_median": statistics.median(seconds), "seconds_min": min(seconds), "seconds_max": max(seconds)}
 
 
-def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup: int, tolerance: float,
-              kernels: int = 0, against: _Component | None = None):  # fmt: skip
+def _run_case(
+    folder: Path,
+    case: dict,
+    component: _Component,
+    runs: int,
+    warmup: int,
+    tolerance: float,
+    kernels: int = 0,
+    against: _Component | None = None,
+):
     """One recorded call on the device: `warmup` untimed calls, `runs` timed ones, the outputs against the CPU
     build's; with `kernels`, the calls that take longest (`_Component.kernel_seconds`); with `against`, another
     build of the component timed in turn with this one in the same runs. Returns (its results row, the
@@ -231,8 +189,10 @@ def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup
             outs[build] = build.call(tensors)
             seconds[build].append(time.perf_counter() - start)
     outputs = _as_numpy(outs[component])
-    errors = [{"shape": list(e.shape), "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))),
-               "rel_l2": _rel_l2(a, e)} for a, e in zip(outputs, expected, strict=True)]  # fmt: skip
+    errors = [
+        {"shape": list(e.shape), "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))), "rel_l2": _rel_l2(a, e)}
+        for a, e in zip(outputs, expected, strict=True)
+    ]
     row = {
         "case": case["name"],
         "utterance": case["utterance"],
@@ -246,8 +206,10 @@ def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup
         "runs": runs,
     }
     if against is not None:  # the other build's times, and how far its outputs are from this one's
-        row["against"] = {**_spread(seconds[against]), "rel_l2_to_this": max(
-            _rel_l2(a, b) for a, b in zip(_as_numpy(outs[against]), outputs, strict=True))}  # fmt: skip
+        row["against"] = {
+            **_spread(seconds[against]),
+            "rel_l2_to_this": max(_rel_l2(a, b) for a, b in zip(_as_numpy(outs[against]), outputs, strict=True)),
+        }
     if kernels:
         row["kernels"] = component.kernel_seconds(tensors, kernels)
     return row, outputs
@@ -255,15 +217,34 @@ def _run_case(folder: Path, case: dict, component: _Component, runs: int, warmup
 
 def _other_builds(bundle: dict, against) -> dict[str, Path]:
     """Library name -> the other build of it under `against` (at the bundle's path for it), for those it holds."""
-    found = {key: Path(against) / entry["library"] for key, entry in bundle["libraries"].items()
-             if (Path(against) / entry["library"]).is_file()}  # fmt: skip
+    found = {
+        key: Path(against) / entry["library"]
+        for key, entry in bundle["libraries"].items()
+        if (Path(against) / entry["library"]).is_file()
+    }
     if not found:
         raise BundleError(f"{against} holds none of the bundle's libraries (libs/NAME.so)")
     return found
 
 
-def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None, kernels: int = 0,
-               against=None) -> dict:  # fmt: skip
+def _machine(tvm, dev, device: str) -> dict:
+    """Where the bundle ran: the device, the host, and which TVM (runtime only or whole) from where."""
+    return {
+        "format": BUNDLE_FORMAT,
+        "device": device,
+        "device_name": _device_name(dev),
+        "host": platform.node(),
+        "platform": sys.platform,
+        "tvm": getattr(tvm, "__version__", "unknown"),
+        "tvm_runtime_only": os.environ.get("TVM_USE_RUNTIME_LIB") == "1",
+        "tvm_location": str(Path(tvm.__file__).parent),
+        "cpu_threads": int(os.environ["TVM_NUM_THREADS"]),
+    }
+
+
+def run_bundle(
+    folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out_dir=None, kernels: int = 0, against=None
+) -> dict:
     """Run every case of the bundle at `folder` on `device`; returns (and, with `out_dir`, writes) the results;
     with `kernels`, each case's row names the calls that take longest; with `against`, a folder holding other
     builds of some of its libraries at the same paths (`libs/decoder.so`: another bundle, or the decoder of
@@ -273,13 +254,13 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
 
     folder = Path(folder)
     bundle = read_bundle(folder)
-    _load_device_runtime(device)
+    bundle_device.load_device_runtime(device)
     dev = tvm.device(device, 0)
     if not dev.exist:
         raise BundleError(f"no {device} device on this machine")
     if bundle["device"] != device:
         raise BundleError(f"the bundle was built for {bundle['device']}, not {device}")
-    kernel_compiler = _register_cuda_compiler(dev) if device == "cuda" else None
+    kernel_compiler = bundle_device.register_cuda_compiler(dev) if device == "cuda" else None
     out_dir = Path(out_dir) if out_dir is not None else None
     if out_dir is not None:
         (out_dir / "outputs").mkdir(parents=True, exist_ok=True)
@@ -295,22 +276,15 @@ def run_bundle(folder, device: str = "cpu", runs: int = 10, warmup: int = 2, out
             log.info("%s loaded on %s in %.1f s", key, device, load_seconds[key])
             if key in others:
                 loaded[key, "against"] = _Component(folder, bundle["libraries"][key], dev, library=others[key])
-        row, outputs = _run_case(folder, case, loaded[key], runs, warmup, tolerance, kernels,
-                                 loaded.get((key, "against")))  # fmt: skip
+        row, outputs = _run_case(
+            folder, case, loaded[key], runs, warmup, tolerance, kernels, loaded.get((key, "against"))
+        )
         rows.append(row)
         log.info("%s: worst rel L2 %.2e, %.2f ms median", row["case"], row["worst_rel_l2"], 1e3 * row["seconds_median"])
         if out_dir is not None:
             np.savez(out_dir / "outputs" / f"{case['name']}.npz", **{f"output{i}": a for i, a in enumerate(outputs)})
     results = {
-        "format": BUNDLE_FORMAT,
-        "device": device,
-        "device_name": _device_name(dev),
-        "host": platform.node(),
-        "platform": sys.platform,
-        "tvm": getattr(tvm, "__version__", "unknown"),
-        "tvm_runtime_only": os.environ.get("TVM_USE_RUNTIME_LIB") == "1",
-        "tvm_location": str(Path(tvm.__file__).parent),
-        "cpu_threads": int(os.environ["TVM_NUM_THREADS"]),
+        **_machine(tvm, dev, device),
         "bundle": {k: bundle[k] for k in ("device", "target", "dtype", "created")},
         "tolerance_rel_l2": tolerance,
         "kernel_compiler": kernel_compiler,
@@ -331,10 +305,19 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="folder for results.json and outputs/")
     parser.add_argument("--runs", type=int, default=10, help="timed calls per case (default 10)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
-    parser.add_argument("--kernels", type=int, default=0, metavar="N",
-                        help="also time each call inside one more call and record the N longest")  # fmt: skip
-    parser.add_argument("--against", metavar="DIR", help="a folder with other builds of the bundle's libraries "
-                        "at the same paths (libs/NAME.so), each timed in turn with the bundle's own")  # fmt: skip
+    parser.add_argument(
+        "--kernels",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time each call inside one more call and record the N longest",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="a folder with other builds of the bundle's libraries "
+        "at the same paths (libs/NAME.so), each timed in turn with the bundle's own",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="run_bundle: %(message)s")
     try:

@@ -70,6 +70,13 @@ class TVMKokoro:
             raise ValueError(f"{component}: length {length} is not a whole number of {tile}-step tiles")
         return runner(*inputs, runner.shape(length // tile))
 
+    def _sine_noise(self, noise: NoiseSource, n_frames: int, f_bucket: int, stream: int):
+        """SineGen's initial phase and its additive noise, zero past the valid samples of the frame bucket."""
+        sine = noise.sine_noise(n_frames * SAMPLES_PER_FRAME, batch=1, stream=stream)
+        additive = np.zeros((1, f_bucket * SAMPLES_PER_FRAME, sine.additive.shape[2]), dtype=self.dtype)
+        additive[:, : sine.n_samples] = sine.additive
+        return sine.initial_phase.astype(self.dtype), additive
+
     def run_stages(
         self,
         padded_ids,
@@ -111,18 +118,27 @@ class TVMKokoro:
         (t_en,) = self.run_component("text_encoder", t_bucket, ids_b, token_lengths)
         t_en = t_en[:, :, :n_tokens]
         asr = np.ascontiguousarray(t_en[:, :, alignment])  # [1, 512, F]
-        sine = noise.sine_noise(n_frames * SAMPLES_PER_FRAME, batch=1, stream=stream)
-        additive = np.zeros((1, f_bucket * SAMPLES_PER_FRAME, sine.additive.shape[2]), dtype=self.dtype)
-        additive[:, : sine.n_samples] = sine.additive
-        phase = sine.initial_phase.astype(self.dtype)
-        (audio,) = self.run_component("decoder", f_bucket, _pad_last(asr, f_bucket), F0, N, decoder_style, phase,
-                                      additive, frame_lengths)  # fmt: skip
+        phase, additive = self._sine_noise(noise, n_frames, f_bucket, stream)
+        (audio,) = self.run_component(
+            "decoder", f_bucket, _pad_last(asr, f_bucket), F0, N, decoder_style, phase, additive, frame_lengths
+        )
         return Stages(
-            token_ids=ids[0], style=style, d_en=d_en[:, :, :n_tokens], d=d, duration_logits=duration_logits,
-            durations=durations, alignment=alignment, en=en, F0=F0[:, : 2 * n_frames], N=N[:, : 2 * n_frames],
-            t_en=t_en, asr=asr, audio=audio.reshape(-1)[: n_frames * SAMPLES_PER_FRAME], noise=noise.description,
+            token_ids=ids[0],
+            style=style,
+            d_en=d_en[:, :, :n_tokens],
+            d=d,
+            duration_logits=duration_logits,
+            durations=durations,
+            alignment=alignment,
+            en=en,
+            F0=F0[:, : 2 * n_frames],
+            N=N[:, : 2 * n_frames],
+            t_en=t_en,
+            asr=asr,
+            audio=audio.reshape(-1)[: n_frames * SAMPLES_PER_FRAME],
+            noise=noise.description,
             buckets=(t_bucket, f_bucket),
-        )  # fmt: skip
+        )
 
 
 class BucketTooSmallError(InputError):

@@ -75,8 +75,12 @@ def local_workers(memory_gb: float | None = None) -> int:
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None = None, workers: int | None = None, timeout: float | None = None,
-                memory_gb: float | None = None):  # fmt: skip
+def dask_client(
+    scheduler: str | None = None,
+    workers: int | None = None,
+    timeout: float | None = None,
+    memory_gb: float | None = None,
+):
     """A connected `distributed.Client` (module docstring); the local cluster, if one was started, is closed on
     exit. `memory_gb`: what one worker's tasks need (the local cluster's size, `local_workers`); `timeout`: seconds
     to wait for a scheduler's answer (default CONNECT_TIMEOUT_S, read at the call)."""
@@ -91,18 +95,21 @@ def dask_client(scheduler: str | None = None, workers: int | None = None, timeou
             raise ClusterError(f"a local cluster needs at least one worker, got {workers}")
         settings = {f"distributed.nanny.pre-spawn-environ.{SLOW_ALLOCATOR_ENV}": None, **NO_MEMORY_MANAGEMENT}
         with dask.config.set(settings):
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                   silence_logs=logging.ERROR)  # fmt: skip
+            cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+            )
         client = Client(cluster)
     else:
         try:
             client = Client(scheduler, timeout=timeout)
         except ValueError:  # no port, an unknown protocol
-            raise ClusterError(f"{scheduler!r} is not a Dask scheduler's address (tcp://host:8786), {LOCAL!r} or "
-                               f"{IN_PROCESS!r}") from None  # fmt: skip
+            raise ClusterError(
+                f"{scheduler!r} is not a Dask scheduler's address (tcp://host:8786), {LOCAL!r} or {IN_PROCESS!r}"
+            ) from None
         except (OSError, TimeoutError) as exc:
-            raise ClusterError(f"no Dask scheduler answers at {scheduler} within {timeout:g} s "
-                               f"({type(exc).__name__})") from None  # fmt: skip
+            raise ClusterError(
+                f"no Dask scheduler answers at {scheduler} within {timeout:g} s ({type(exc).__name__})"
+            ) from None
     try:
         yield client
     finally:
@@ -123,9 +130,13 @@ def worker_facts() -> dict:
     """This process's project version, TVM version, weights fingerprint and CPU (run on every worker)."""
     import tvm
 
-    return {"kokoro_tvm": __version__, "tvm": tvm.__version__, "weights": _weights_fingerprint(),
-            "cpu": platform.processor() or platform.machine(),
-            "allocator": os.environ.get(SLOW_ALLOCATOR_ENV)}  # fmt: skip
+    return {
+        "kokoro_tvm": __version__,
+        "tvm": tvm.__version__,
+        "weights": _weights_fingerprint(),
+        "cpu": platform.processor() or platform.machine(),
+        "allocator": os.environ.get(SLOW_ALLOCATOR_ENV),
+    }
 
 
 def check_workers(client, expected: dict | None = None, facts=worker_facts) -> dict:
@@ -136,23 +147,35 @@ def check_workers(client, expected: dict | None = None, facts=worker_facts) -> d
     try:
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
     except TimeoutError:
-        raise ClusterError(f"no Dask worker joined the scheduler within {WORKER_WAIT_S:g} s; start one there with "
-                           f"`dask worker ADDRESS`") from None  # fmt: skip
+        raise ClusterError(
+            f"no Dask worker joined the scheduler within {WORKER_WAIT_S:g} s; start one there with "
+            f"`dask worker ADDRESS`"
+        ) from None
     expected = expected or worker_facts()
     reported_by = client.run(facts, on_error="return")
     if not reported_by:
         raise ClusterError("the Dask cluster has no workers")
     for worker, reported in sorted(reported_by.items()):
         if isinstance(reported, BaseException):
-            raise ClusterError(f"worker {worker} cannot run kokoro_tvm tasks ({type(reported).__name__}: "
-                               f"{str(reported).splitlines()[0] if str(reported) else ''}); install the project there")
-        differ = [f"{key} {reported.get(key)} (here {expected[key]})" for key in CHECKED_FACTS
-                  if reported.get(key) != expected[key]]  # fmt: skip
+            raise ClusterError(
+                f"worker {worker} cannot run kokoro_tvm tasks ({type(reported).__name__}: "
+                f"{str(reported).splitlines()[0] if str(reported) else ''}); install the project there"
+            )
+        differ = [
+            f"{key} {reported.get(key)} (here {expected[key]})"
+            for key in CHECKED_FACTS
+            if reported.get(key) != expected[key]
+        ]
         if differ:
             raise ClusterError(f"worker {worker} differs from this process: {', '.join(differ)}")
         if reported.get("allocator") is not None:  # runs, but slower (SLOW_ALLOCATOR_ENV)
-            log.warning("worker %s runs with %s=%s (Dask's default), about 1.3x slower on this work; start its nanny "
-                        "without it (NOTES/scale.md)", worker, SLOW_ALLOCATOR_ENV, reported["allocator"])
+            log.warning(
+                "worker %s runs with %s=%s (Dask's default), about 1.3x slower on this work; start its nanny "
+                "without it (NOTES/scale.md)",
+                worker,
+                SLOW_ALLOCATOR_ENV,
+                reported["allocator"],
+            )
     return reported_by
 
 
@@ -178,5 +201,7 @@ def completed(client, futures, patience: float | None = None, poll_s: float = 1.
         elif alone_since is None:
             alone_since = time.monotonic()
         elif time.monotonic() - alone_since > patience:
-            raise ClusterError(f"the Dask cluster has had no worker (or no scheduler) for {patience:g} s with "
-                               f"{len(pending)} of {len(futures)} tasks not done; stopped, not waiting")  # fmt: skip
+            raise ClusterError(
+                f"the Dask cluster has had no worker (or no scheduler) for {patience:g} s with "
+                f"{len(pending)} of {len(futures)} tasks not done; stopped, not waiting"
+            )

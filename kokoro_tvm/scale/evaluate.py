@@ -63,8 +63,9 @@ def read_sentences(source: str) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read sentences from {source} ({type(exc).__name__}); give a UTF-8 text file or "
-                         "'corpus'") from None  # fmt: skip
+        raise InputError(
+            f"cannot read sentences from {source} ({type(exc).__name__}); give a UTF-8 text file or 'corpus'"
+        ) from None
     sentences = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     if not sentences:
         raise InputError(f"{source} holds no sentence")
@@ -81,8 +82,9 @@ def backends_for(precisions: str) -> tuple[str, ...]:
     return (*DEFAULT_BACKENDS, *(BACKEND_OF[p.name] for p in chosen))
 
 
-def plan_tasks(sentences: list[str], voices: list[str], backends: tuple[str, ...], limit: int | None = None,
-               exact: int = 0) -> list[Task]:  # fmt: skip
+def plan_tasks(
+    sentences: list[str], voices: list[str], backends: tuple[str, ...], limit: int | None = None, exact: int = 0
+) -> list[Task]:
     """One task per chosen sentence and voice; `limit` picks that many spread over the lengths (notebook 07's
     choice); `tvm_exact` (one build per length) only on the first `exact` chosen sentences."""
     if limit is not None and limit < 1:
@@ -91,9 +93,11 @@ def plan_tasks(sentences: list[str], voices: list[str], backends: tuple[str, ...
     positions = {text: index for index, text in reversed(list(enumerate(sentences)))}  # first occurrence
     for voice in voices:
         load_voice(voice)  # an unknown voice: one line before any task
-    return [Task(voice, positions[text], text, backends if rank < exact else tuple(b for b in backends
-                                                                                   if b != "tvm_exact"))
-            for voice in voices for rank, text in enumerate(chosen)]  # fmt: skip
+    return [
+        Task(voice, positions[text], text, backends if rank < exact else tuple(b for b in backends if b != "tvm_exact"))
+        for voice in voices
+        for rank, text in enumerate(chosen)
+    ]
 
 
 # One worker's resident memory at its peak, measured (2-core Zen 4, 24 GiB, 2026-11-25): 4.8 GB running the
@@ -178,8 +182,10 @@ def _run_on_cluster(tasks: list[Task], results: _Results, seed: int, threads: in
     from tqdm import tqdm
 
     keep_audio = results.wav_dir is not None
-    futures = {client.submit(run_task, task, seed, threads, keep_audio, key=f"evaluate-{task.key}", pure=False): task
-               for task in tasks}  # fmt: skip
+    futures = {
+        client.submit(run_task, task, seed, threads, keep_audio, key=f"evaluate-{task.key}", pure=False): task
+        for task in tasks
+    }
     sizes = {"to_worker": max(len(pickle.dumps((task, seed, threads, keep_audio))) for task in tasks), "back": 0}
     failed = {}
     finished = completed(client, futures)
@@ -233,8 +239,10 @@ def evaluate(
     # with exact-length builds before all: `torch.export` of a new length in a worker that had run 19 other tasks
     # failed once ("fake tensor in the exported program constant's list", notebook 07, 2026-11-25) where the same
     # build in a fresh process passes; cause not found (NOTES/scale.md)
-    todo = sorted((task for task in tasks if task.key not in done),
-                  key=lambda task: ("tvm_exact" not in task.backends, -len(task.text)))  # fmt: skip
+    todo = sorted(
+        (task for task in tasks if task.key not in done),
+        key=lambda task: ("tvm_exact" not in task.backends, -len(task.text)),
+    )
     start = time.perf_counter()
     sizes = None  # bytes per task through Dask (cluster runs)
     if not todo:
@@ -251,9 +259,18 @@ def evaluate(
             failed, sizes = _run_on_cluster(todo, results, seed, per_task, client, progress)
     keys = {task.key for task in tasks}
     rows = [row for row in table.read() if task_key(row["voice"], row["sentence"]) in keys]
-    record = {"tasks": len(tasks), "ran": len(todo) - len(failed), "skipped": len(tasks) - len(todo),
-              "failed": failed, "seconds": time.perf_counter() - start, "where": where, "backends": list(backends),
-              "voices": list(voices), "task_bytes": sizes, "summary": summarize(rows) if rows else []}  # fmt: skip
+    record = {
+        "tasks": len(tasks),
+        "ran": len(todo) - len(failed),
+        "skipped": len(tasks) - len(todo),
+        "failed": failed,
+        "seconds": time.perf_counter() - start,
+        "where": where,
+        "backends": list(backends),
+        "voices": list(voices),
+        "task_bytes": sizes,
+        "summary": summarize(rows) if rows else [],
+    }
     (Path(out) / "summary.json").parent.mkdir(parents=True, exist_ok=True)
     (Path(out) / "summary.json").write_text(json.dumps(record, indent=1, default=str))
     return record

@@ -47,13 +47,17 @@ def grid(parameters: list[tuple[str, str]], declared: dict, fast: bool = False) 
     names = [name for name, _values in parameters]
     unknown = sorted(set(names) - set(declared))
     if unknown or len(set(names)) != len(names):
-        raise InputError(f"sweep parameters must be distinct names the notebook declares ({', '.join(declared)}); "
-                         f"got {', '.join(names)}")  # fmt: skip
+        raise InputError(
+            f"sweep parameters must be distinct names the notebook declares ({', '.join(declared)}); "
+            f"got {', '.join(names)}"
+        )
     values = [[_literal(v.strip()) for v in spec.split(",") if v.strip()] for _name, spec in parameters]
     if any(not v for v in values):
         raise InputError("every -p NAME takes at least one value")
-    return [{**dict(zip(names, combo, strict=True)), **({"FAST": True} if fast else {})}
-            for combo in itertools.product(*values)]  # fmt: skip
+    return [
+        {**dict(zip(names, combo, strict=True)), **({"FAST": True} if fast else {})}
+        for combo in itertools.product(*values)
+    ]
 
 
 def point_name(point: dict) -> str:
@@ -73,8 +77,14 @@ def run_point(notebook: str, point: dict, folder: str) -> dict:
     os.environ[RUN_DIR_ENV] = str(out)  # the kernel papermill starts inherits it
     row = {"point": point_name(point), "parameters": point, "folder": str(out), "status": "ok", "error": None}
     try:
-        papermill.execute_notebook(str(path), str(out / path.name), parameters=point, cwd=str(NOTEBOOK_DIR),
-                                   progress_bar=False, kernel_name="python3")  # fmt: skip
+        papermill.execute_notebook(
+            str(path),
+            str(out / path.name),
+            parameters=point,
+            cwd=str(NOTEBOOK_DIR),
+            progress_bar=False,
+            kernel_name="python3",
+        )
     except papermill.PapermillExecutionError as exc:
         row.update(status="failed", error=f"{exc.ename}: {str(exc.evalue).splitlines()[0] if exc.evalue else ''}")
     finally:
@@ -88,8 +98,14 @@ def run_point(notebook: str, point: dict, folder: str) -> dict:
     return row
 
 
-def sweep(notebook: str, parameters: list[tuple[str, str]], scheduler: str | None = None,
-          workers: int | None = None, fast: bool = False, out: Path | None = None) -> dict:  # fmt: skip
+def sweep(
+    notebook: str,
+    parameters: list[tuple[str, str]],
+    scheduler: str | None = None,
+    workers: int | None = None,
+    fast: bool = False,
+    out: Path | None = None,
+) -> dict:
     """Run every grid point (module docstring); returns the sweep record, also written as sweep.json."""
     if scheduler == IN_PROCESS:
         raise ClusterError(f"sweep runs its points on Dask: --scheduler is an address or {LOCAL!r}, not {IN_PROCESS!r}")
@@ -99,16 +115,25 @@ def sweep(notebook: str, parameters: list[tuple[str, str]], scheduler: str | Non
     start, rows = time.perf_counter(), []
     with dask_client(scheduler, workers) as client:
         check_workers(client)
-        futures = [client.submit(run_point, path.name, point, str(root / point_name(point)), pure=False, retries=0)
-                   for point in points]  # fmt: skip
+        futures = [
+            client.submit(run_point, path.name, point, str(root / point_name(point)), pure=False, retries=0)
+            for point in points
+        ]
         for future in completed(client, futures):
             if future.status == "finished":
                 rows.append(future.result())
             else:  # the worker died: the notebook never reported
                 error = future.exception()
                 point = points[futures.index(future)]
-                rows.append({"point": point_name(point), "parameters": point, "status": "failed", "claims": [],
-                             "error": f"{type(error).__name__}: {error}".splitlines()[0]})  # fmt: skip
+                rows.append(
+                    {
+                        "point": point_name(point),
+                        "parameters": point,
+                        "status": "failed",
+                        "claims": [],
+                        "error": f"{type(error).__name__}: {error}".splitlines()[0],
+                    }
+                )
             log.info("sweep %s: %s %s", path.stem, rows[-1]["point"], rows[-1]["status"])
     order = {point_name(point): index for index, point in enumerate(points)}
     rows.sort(key=lambda row: order[row["point"]])

@@ -171,5 +171,8 @@ def precision_floor(text: str = "Hello world.", voice: str = "af_heart", seed: i
     fp32, fp64 = runs[torch.float32], runs[torch.float64]
     durations_equal = bool(np.array_equal(fp32.durations, fp64.durations))
     metrics = audio_metrics(fp64.audio, fp32.audio) if durations_equal else {}
-    return {"text": text, "durations_equal": durations_equal,
-            **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi")}}  # fmt: skip
+    return {
+        "text": text,
+        "durations_equal": durations_equal,
+        **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi")},
+    }

@@ -137,8 +137,15 @@ def conv_peak(
     return record
 
 
-def kernel_time_split(model, weights_fingerprint: str, component: str, length: int, precisions=("fp32", "bf16"),
-                      runs: int = 3, threads: int = 2) -> dict:
+def kernel_time_split(
+    model,
+    weights_fingerprint: str,
+    component: str,
+    length: int,
+    precisions=("fp32", "bf16"),
+    runs: int = 3,
+    threads: int = 2,
+) -> dict:
     """Where the symbolic build of `component` spends its time at `length` (a multiple of LENGTH_TILE), per
     precision: runtime.profile.kernel_seconds summed by runtime.profile.kernel_split, on the export's example
     inputs. Artifacts come from the build cache (built there if missing)."""
@@ -188,8 +195,15 @@ def _packed_operands(args, kind: str):
     return o, groups * width, taps, int(args[-1].shape[-1])
 
 
-def conv_rates(model, weights_fingerprint: str, component: str, length: int, precision: str = "int8",
-               runs: int = 5, threads: int = 2) -> dict:
+def conv_rates(
+    model,
+    weights_fingerprint: str,
+    component: str,
+    length: int,
+    precision: str = "int8",
+    runs: int = 5,
+    threads: int = 2,
+) -> dict:
     """The packed convs of `component`'s symbolic `precision` build at `length`, each timed inside the model
     (runtime.profile.kernel_seconds) with its multiply-adds from its arguments' shapes: per kind (int8, bf16)
     the operations, the seconds and their rate, against `instruction_peak` of that kind; and every conv
@@ -228,11 +242,24 @@ def conv_rates(model, weights_fingerprint: str, component: str, length: int, pre
             continue
         total_ops, total_s = sum(mine.values()), sum(seconds[name] for name in mine)
         peak = peaks[kind]
-        record[kind] = {"calls": sum(len(calls[n][1]) for n in mine), "gop": total_ops / 1e9, "seconds": total_s,
-                        "gops": total_ops / total_s / 1e9, "peak_gops": peak / 1e9,
-                        "share_of_peak": total_ops / total_s / peak}  # fmt: skip
-        functions += [{"function": name, "kind": kind, "calls": len(calls[name][1]), "seconds": seconds[name],
-                       "gops": ops / seconds[name] / 1e9} for name, ops in mine.items()]  # fmt: skip
+        record[kind] = {
+            "calls": sum(len(calls[n][1]) for n in mine),
+            "gop": total_ops / 1e9,
+            "seconds": total_s,
+            "gops": total_ops / total_s / 1e9,
+            "peak_gops": peak / 1e9,
+            "share_of_peak": total_ops / total_s / peak,
+        }
+        functions += [
+            {
+                "function": name,
+                "kind": kind,
+                "calls": len(calls[name][1]),
+                "seconds": seconds[name],
+                "gops": ops / seconds[name] / 1e9,
+            }
+            for name, ops in mine.items()
+        ]
     record["functions"] = sorted(functions, key=lambda f: -f["seconds"])
     return record
 
@@ -258,8 +285,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     precisions = ["int8"] if args.conv_rates and args.precision == "fp32,bf16" else args.precision.split(",")
     if args.conv_rates and (len(precisions) > 1 or get_precision(precisions[0]).arithmetic == "full"):
-        parser.error("--conv-rates times one build's packed bf16 or int8 convolutions (--precision bf16 or int8); "
-                     "an fp32 build's time by kernel group is --kernel-split COMPONENT:LENGTH --precision fp32")
+        parser.error(
+            "--conv-rates times one build's packed bf16 or int8 convolutions (--precision bf16 or int8); "
+            "an fp32 build's time by kernel group is --kernel-split COMPONENT:LENGTH --precision fp32"
+        )
     if args.conv_rates or args.kernel_split:
         from kokoro_tvm.compiled import check_precision
 
@@ -276,8 +305,11 @@ def main(argv: list[str] | None = None) -> None:
         component, length = args.conv_rates.split(":")
         model, weights = load_kmodel(None, dtype=torch.float32)
         precision = precisions[0]
-        print(json.dumps(conv_rates(model, weights.fingerprint, component, int(length), precision, args.runs,
-                                    args.threads)))
+        print(
+            json.dumps(
+                conv_rates(model, weights.fingerprint, component, int(length), precision, args.runs, args.threads)
+            )
+        )
         return
     if args.kernel_split:
         import torch
@@ -286,8 +318,9 @@ def main(argv: list[str] | None = None) -> None:
 
         component, length = args.kernel_split.split(":")
         model, weights = load_kmodel(None, dtype=torch.float32)
-        record = kernel_time_split(model, weights.fingerprint, component, int(length), precisions,
-                                   args.runs, args.threads)
+        record = kernel_time_split(
+            model, weights.fingerprint, component, int(length), precisions, args.runs, args.threads
+        )
         print(json.dumps(record))
         return
     print(json.dumps(conv_peak(args.threads, args.steps, args.runs, args.channels, args.taps, args.dilation)))

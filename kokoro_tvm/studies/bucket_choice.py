@@ -32,6 +32,7 @@ from kokoro_tvm.runtime.vm import ComponentRunner
 
 log = logging.getLogger(__name__)
 
+
 def corpus_lengths(model, sentences: list[str], voice: str, speed: float = 1.0) -> list[dict]:
     """One record per chunk: sentence index, tokens (with the two pads), frames predicted by PyTorch."""
     from kokoro_tvm.reference.pt_dynamic import predict_durations
@@ -197,7 +198,6 @@ def profile_artifact(folder, runs: int = 3) -> dict:
     """Median run seconds and the memory one artifact (a cache folder, as precompile records it) adds at its
     peak (loaded library, parameters, the VM's intermediates), measured in a fresh process so that peaks of
     other shapes do not hide it."""
-
 
     key = Artifact.open(folder).manifest["key"]
     args = [str(folder), key["component"], str(key["length"]), str(runs)]

@@ -147,7 +147,6 @@ def policy_latency(
     artifact, outside the timing). Returns per-sentence rows (tokens, frames, each policy's seconds and
     shapes), each policy's total seconds, and the build seconds and library bytes of the artifacts it used."""
 
-
     runtimes = {
         p: compiled_kokoro(model, weights_fingerprint, buckets=None if p == "exact" else parse_buckets(p))
         for p in policies
@@ -213,7 +212,6 @@ def main(argv: list[str] | None = None) -> None:
     numbers in NOTES/dynamic_shapes.md). With `--kernels COMPONENT:LENGTH [--runs R]`: kernel_profile, one
     JSON line (the per-kernel comparison in NOTES/dynamic_shapes.md)."""
 
-
     parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.dynamic_shapes")
     parser.add_argument("--components", default=",".join(NAMES))
     parser.add_argument("--lengths", default="64,160")
@@ -230,7 +228,6 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
     if args.corpus:
-
         sentences = load_sentences()
         chosen = sentences[:: max(1, len(sentences) // args.corpus)][: args.corpus]
         result = policy_latency(model, weights.fingerprint, chosen, args.voice, ("dynamic", "bucketed"), args.runs)

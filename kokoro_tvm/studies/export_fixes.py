@@ -19,8 +19,10 @@ def _masked_lstm(model, g, seed: int, tokens: int, frames: int) -> float:
     lstm = model.text_encoder.lstm
     x = torch.randn(3, tokens, lstm.input_size, generator=g)
     lengths = torch.tensor([tokens, 1, tokens // 2])
-    want = [torch.nn.functional.pad(lstm(x[b : b + 1, :n])[0], (0, 0, 0, tokens - n))
-            for b, n in enumerate(lengths.tolist())]  # fmt: skip
+    want = [
+        torch.nn.functional.pad(lstm(x[b : b + 1, :n])[0], (0, 0, 0, tokens - n))
+        for b, n in enumerate(lengths.tolist())
+    ]
     return _largest(masked_lstm(x, lengths, lstm) - torch.cat(want))
 
 

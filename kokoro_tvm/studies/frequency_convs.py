@@ -49,13 +49,18 @@ def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forc
     x = rng.standard_normal((1, channels, steps)).astype("float32")
     w = (rng.standard_normal((channels, channels, taps)) / np.sqrt(channels * taps)).astype("float32")
     padding = dilation * (taps - 1) // 2
-    want = torch.nn.functional.conv1d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64),
-                                      padding=padding, dilation=dilation).numpy()  # fmt: skip
+    want = torch.nn.functional.conv1d(
+        torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=padding, dilation=dilation
+    ).numpy()
     tiling = (lambda _taps, d, _channels: FORCED_TILINGS.get(d)) if forced else None
     runners, record = {}, {"channels": channels, "steps": steps, "taps": taps, "dilation": dilation}
     for name, on in (("direct", False), ("frequency", True)):
-        lifted = lift_weight_transforms(conv_module(channels, steps, taps, dilation), target=host_target(),
-                                        frequency_convs=on, frequency_tiling=tiling)  # fmt: skip
+        lifted = lift_weight_transforms(
+            conv_module(channels, steps, taps, dilation),
+            target=host_target(),
+            frequency_convs=on,
+            frequency_tiling=tiling,
+        )
         runner = compile_and_load(lifted, params=[w], transform_params=TRANSFORM_PARAMS)
         got = np.asarray(runner(x)[0], dtype=np.float64)
         record[f"{name}_rel_l2"] = float(np.linalg.norm(got - want) / np.linalg.norm(want))

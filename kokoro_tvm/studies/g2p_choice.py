@@ -47,8 +47,16 @@ def phoneme_differences(sentences: list[str]) -> list[dict]:
     rows = []
     for index, sentence in enumerate(sentences):
         misaki, espeak = text_to_phonemes(sentence), espeak_english(sentence)
-        rows.append({"sentence": index, "text": sentence, "misaki": misaki, "espeak": espeak,
-                     "equal": misaki == espeak, "edit_distance": edit_distance(misaki, espeak)})  # fmt: skip
+        rows.append(
+            {
+                "sentence": index,
+                "text": sentence,
+                "misaki": misaki,
+                "espeak": espeak,
+                "equal": misaki == espeak,
+                "edit_distance": edit_distance(misaki, espeak),
+            }
+        )
     return rows
 
 
@@ -65,10 +73,14 @@ def wer_by_g2p(sentences: list[str], voice: str, seed: int = 0) -> list[dict]:
         row = {"sentence": index, "text": sentence}
         for g2p, phonemes in (("misaki", None), ("espeak", espeak_english(sentence))):
             chunks = prepare(text=sentence) if phonemes is None else prepare(phonemes=phonemes)
-            audio = np.concatenate([
-                run_stages(model, c.padded_ids, pack.style(len(c.phonemes)), noise=SeededNoise(seed)).audio.reshape(-1)
-                for c in chunks
-            ])  # fmt: skip
+            audio = np.concatenate(
+                [
+                    run_stages(model, c.padded_ids, pack.style(len(c.phonemes)), noise=SeededNoise(seed)).audio.reshape(
+                        -1
+                    )
+                    for c in chunks
+                ]
+            )
             row[f"wer_{g2p}"], row[f"transcript_{g2p}"] = word_error_rate(sentence, audio)
         rows.append(row)
         log.info("sentence %d: WER misaki %.3f, espeak %.3f", index, row["wer_misaki"], row["wer_espeak"])
@@ -100,11 +112,22 @@ def main(argv: list[str] | None = None) -> None:
     differences = phoneme_differences(corpus)
     wers = wer_by_g2p(pick_sentences(corpus, args.wer_sentences), args.voice)
     held_out = wer_by_g2p(args.text, args.voice) if args.text else []
-    record = {"voice": args.voice, "summary": summary(differences, wers), "held_out": held_out,
-              "wer": wers, "differences": differences}  # fmt: skip
+    record = {
+        "voice": args.voice,
+        "summary": summary(differences, wers),
+        "held_out": held_out,
+        "wer": wers,
+        "differences": differences,
+    }
     Path(args.out).write_text(json.dumps(record, indent=1, ensure_ascii=False))
-    print(json.dumps({"summary": record["summary"], "held_out": [
-        {k: r[k] for k in ("text", "wer_misaki", "wer_espeak")} for r in held_out]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "summary": record["summary"],
+                "held_out": [{k: r[k] for k in ("text", "wer_misaki", "wer_espeak")} for r in held_out],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -253,7 +253,6 @@ def probe_int_rsqrt() -> ProbeResult:
     import tvm
     from tvm.relax.frontend.torch import from_exported_program
 
-
     with default_dtype(torch.float64):
         ep = torch.export.export(
             Lambda(lambda m, a: a * torch.rsqrt(torch.tensor(2))), (torch.ones(2, dtype=torch.float64),)
@@ -341,5 +340,3 @@ CONVERTER_PROBES = [
 
 def run_probes(probes) -> list[ProbeResult]:
     return [probe() for probe in probes]
-
-

@@ -54,8 +54,14 @@ def _setup(model, text: str, voice: str | None):
     return chunk, load_voice(voice or DEFAULT_VOICE).style(len(chunk.phonemes))
 
 
-def layer_budget(model, text: str = BUDGET_TEXT, voice: str | None = None, prefix: str = "decoder.", seed: int = 0,
-                 kind: str = "bf16"):
+def layer_budget(
+    model,
+    text: str = BUDGET_TEXT,
+    voice: str | None = None,
+    prefix: str = "decoder.",
+    seed: int = 0,
+    kind: str = "bf16",
+):
     """One row per conv layer under `prefix`: that layer alone rounded as `kind`, against all-float32 (same
     noise)."""
     from kokoro_tvm.evaluation.metrics import log_mel_l1, snr_db
@@ -66,13 +72,25 @@ def layer_budget(model, text: str = BUDGET_TEXT, voice: str | None = None, prefi
     for name, macs in conv_layers(model, prefix):
         with emulated_precision(model, [name], kind):
             audio = _audio(model, chunk, style, seed)
-        rows.append({"layer": name, "macs_per_step": macs, "snr_db": snr_db(reference, audio),
-                     "log_mel_l1": log_mel_l1(reference, audio)})
+        rows.append(
+            {
+                "layer": name,
+                "macs_per_step": macs,
+                "snr_db": snr_db(reference, audio),
+                "log_mel_l1": log_mel_l1(reference, audio),
+            }
+        )
     return rows
 
 
-def group_budget(model, groups: dict[str, list[str]], text: str = BUDGET_TEXT, voice: str | None = None,
-                 seed: int = 0, kind: str = "bf16") -> list[dict]:
+def group_budget(
+    model,
+    groups: dict[str, list[str]],
+    text: str = BUDGET_TEXT,
+    voice: str | None = None,
+    seed: int = 0,
+    kind: str = "bf16",
+) -> list[dict]:
     """One row per named group of layer prefixes (each group alone, then all groups together) rounded as `kind`
     (a key of EMULATIONS)."""
     from kokoro_tvm.evaluation.metrics import audio_metrics
@@ -105,7 +123,10 @@ def int8_plans() -> dict[str, dict[str, list[str]]]:
 
     reduced = [p for prefixes in BF16_CONVOLUTIONS.values() for p in prefixes]
     rest = [p for p in reduced if p != "decoder.generator."] + [
-        "decoder.generator.ups.", "decoder.generator.noise_convs.", "decoder.generator.conv_post"]
+        "decoder.generator.ups.",
+        "decoder.generator.noise_convs.",
+        "decoder.generator.conv_post",
+    ]
     return {
         "bf16 (the build)": {"bf16": reduced},
         "int8_step bulk + bf16": {"int8_step": list(INT8_BULK), "bf16": rest},
@@ -115,8 +136,9 @@ def int8_plans() -> dict[str, dict[str, list[str]]]:
     }
 
 
-def plan_comparison(model, plans: dict[str, dict[str, list[str]]], texts, voice: str | None = None,
-                    seed: int = 0) -> list[dict]:
+def plan_comparison(
+    model, plans: dict[str, dict[str, list[str]]], texts, voice: str | None = None, seed: int = 0
+) -> list[dict]:
     """One row per (text, plan): pt.dynamic float32 with the plan's layers emulated against pt.dynamic float32,
     same seeded noise: durations equal, audio SNR, PESQ-WB, STOI, and the share of the run's conv multiply-adds
     that each kind computes."""
@@ -132,17 +154,28 @@ def plan_comparison(model, plans: dict[str, dict[str, list[str]]], texts, voice:
                 stages = run_stages(model, chunk.padded_ids, style, 1.0, SeededNoise(seed))
             same = bool(np.array_equal(reference.durations, stages.durations))
             metrics = audio_metrics(reference.audio, stages.audio) if same else {}
-            rows.append({"text": index, "chars": len(text), "plan": label, "durations_equal": same,
-                         "audio_s": len(reference.audio) / 24000,
-                         **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi")},
-                         **{f"macs_share.{kind}": sum(macs.get(n, 0) for n, k in chosen.items() if k == kind) /
-                            sum(macs.values()) for kind in plan}})
+            rows.append(
+                {
+                    "text": index,
+                    "chars": len(text),
+                    "plan": label,
+                    "durations_equal": same,
+                    "audio_s": len(reference.audio) / 24000,
+                    **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi")},
+                    **{
+                        f"macs_share.{kind}": sum(macs.get(n, 0) for n, k in chosen.items() if k == kind)
+                        / sum(macs.values())
+                        for kind in plan
+                    },
+                }
+            )
         log.info("text %d/%d done", index + 1, len(texts))
     return rows
 
 
-def precision_comparison(model, weights_fingerprint: str, texts, voice: str | None = None, seed: int = 0,
-                         precisions=("fp32", "bf16")):
+def precision_comparison(
+    model, weights_fingerprint: str, texts, voice: str | None = None, seed: int = 0, precisions=("fp32", "bf16")
+):
     """(rows, audio): each text spoken by pt.dynamic fp32 and by TVM's symbolic builds at each precision (same
     seeded noise); one row per (text, precision) with the per-stage relative L2, durations equal, and the audio
     metrics against pt.dynamic fp32; audio as {text index: {"pt_dynamic" | "tvm_<precision>": array}}."""
@@ -150,10 +183,7 @@ def precision_comparison(model, weights_fingerprint: str, texts, voice: str | No
     from kokoro_tvm.evaluation.metrics import audio_metrics
     from kokoro_tvm.evaluation.parity import stage_errors
 
-    runtimes = {
-        p: compiled_kokoro(model, weights_fingerprint, p, buckets=parse_buckets("dynamic"))
-        for p in precisions
-    }
+    runtimes = {p: compiled_kokoro(model, weights_fingerprint, p, buckets=parse_buckets("dynamic")) for p in precisions}
     rows, audio = [], {}
     for index, text in enumerate(texts):
         chunk, style = _setup(model, text, voice)
@@ -164,9 +194,15 @@ def precision_comparison(model, weights_fingerprint: str, texts, voice: str | No
             audio[index][f"tvm_{name}"] = stages.audio
             same = bool(np.array_equal(reference.durations, stages.durations))
             metrics = audio_metrics(reference.audio, stages.audio) if same else {}
-            rows.append({"text": index, "precision": name, "durations_equal": same,
-                         **{f"rel_l2.{k}": v for k, v in stage_errors(reference, stages).items()},
-                         **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi", "log_mel_l1")}})
+            rows.append(
+                {
+                    "text": index,
+                    "precision": name,
+                    "durations_equal": same,
+                    **{f"rel_l2.{k}": v for k, v in stage_errors(reference, stages).items()},
+                    **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi", "log_mel_l1")},
+                }
+            )
     return rows, audio
 
 
@@ -189,8 +225,14 @@ def duration_budget(model, prefix: str, texts, voice: str | None = None) -> dict
         changed_chunks += changed > 0
         changed_tokens += changed
         tokens += exact.size
-    return {"prefix": prefix, "layers": len(names), "chunks": len(chunks), "chunks_changed": changed_chunks,
-            "tokens": tokens, "tokens_changed": changed_tokens}  # fmt: skip
+    return {
+        "prefix": prefix,
+        "layers": len(names),
+        "chunks": len(chunks),
+        "chunks_changed": changed_chunks,
+        "tokens": tokens,
+        "tokens_changed": changed_tokens,
+    }
 
 
 def main(argv=None) -> int:
@@ -198,15 +240,27 @@ def main(argv=None) -> int:
     from kokoro_tvm.studies.audio_comparison import pick_sentences
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--text", action="append", help="the budget text (default: a pangram); repeat with --int8 "
-                        "to score the plans on these texts too")
+    parser.add_argument(
+        "--text",
+        action="append",
+        help="the budget text (default: a pangram); repeat with --int8 to score the plans on these texts too",
+    )
     parser.add_argument("--layers", action="store_true", help="also one row per decoder conv layer")
     parser.add_argument("--kind", default="bf16", choices=sorted(EMULATIONS), help="the rounding of --layers")
-    parser.add_argument("--int8", action="store_true", help="also the groups in int8 (emulated) and the int8 plans "
-                        "on --corpus sentences spread over the corpus's lengths (notebook 07's pick) and the --text")
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="also the groups in int8 (emulated) and the int8 plans "
+        "on --corpus sentences spread over the corpus's lengths (notebook 07's pick) and the --text",
+    )
     parser.add_argument("--corpus", type=int, default=20, help="how many corpus sentences --int8 scores (0: none)")
-    parser.add_argument("--durations", action="append", metavar="PREFIX", help="also: do the durations survive the "
-                        "Linear layers under PREFIX (e.g. bert.) in bf16, over every corpus sentence (repeatable)")
+    parser.add_argument(
+        "--durations",
+        action="append",
+        metavar="PREFIX",
+        help="also: do the durations survive the "
+        "Linear layers under PREFIX (e.g. bert.) in bf16, over every corpus sentence (repeatable)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     model, _ = load_kmodel(None, dtype=torch.float32)

@@ -53,8 +53,6 @@ DEFAULT_TEXT = (
 )
 
 
-
-
 def _timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
@@ -186,8 +184,9 @@ def bench(
         start = time.perf_counter()
         setup[name] = make_peer(name, model, info.fingerprint, threads, pack)
         setup[name].setup_s = time.perf_counter() - start
-    compiled = {v: compiled_kokoro(model, info.fingerprint, v[1], buckets=plan.bucket_sets[v[0]])
-                for v in plan.variants}  # fmt: skip
+    compiled = {
+        v: compiled_kokoro(model, info.fingerprint, v[1], buckets=plan.bucket_sets[v[0]]) for v in plan.variants
+    }
     first = {}
     with _Recorder(compiled[plan.variants[0]]) as recorder:  # builds (or loads) outside the timed region
         for variant, runtime in compiled.items():
@@ -203,8 +202,9 @@ def bench(
     size = _utterance_size(model, chunk, style, reference)
     record.update(_timings(plan, samples, setup, first, size, len(chunk.padded_ids)))
     durations = {name: peer.durations for name, peer in setup.items() if getattr(peer, "durations", None) is not None}
-    record["quality"] = backend_quality(reference, peer_audio, durations,
-                                        {plan.name(v): stages for v, stages in first.items()})  # fmt: skip
+    record["quality"] = backend_quality(
+        reference, peer_audio, durations, {plan.name(v): stages for v, stages in first.items()}
+    )
     if components:
         record["per_component"] = _per_component(model, compiled[plan.variants[0]], recorder.inputs, runs, warmup)
     return record
@@ -226,16 +226,22 @@ def _timings(plan: _Plan, samples: dict, setup: dict, first: dict, size: tuple[f
     (audio_s, gflop), lead = size, first[plan.variants[0]]
     totals = {name: statistics.median(values) for name, values in samples.items()}
     spread = {name: [min(values), max(values)] for name, values in samples.items()}
-    peers = {name: {"s": totals[name], "spread_s": spread[name], "setup_s": getattr(peer, "compile_s", None)
-                    or peer.setup_s} for name, peer in setup.items()}  # fmt: skip
+    peers = {
+        name: {"s": totals[name], "spread_s": spread[name], "setup_s": getattr(peer, "compile_s", None) or peer.setup_s}
+        for name, peer in setup.items()
+    }
     policies = {
         plan.name(v): {
-            "buckets": _describe(plan.bucket_sets[v[0]]), "precision": v[1], "s": totals[plan.name(v)],
-            "spread_s": spread[plan.name(v)], "shapes": {"tokens": first[v].buckets[0], "frames": first[v].buckets[1]},
-            "padded_frames": first[v].buckets[1] / lead.n_frames - 1, "vs_first": totals[plan.name(v)] / totals["tvm"],
+            "buckets": _describe(plan.bucket_sets[v[0]]),
+            "precision": v[1],
+            "s": totals[plan.name(v)],
+            "spread_s": spread[plan.name(v)],
+            "shapes": {"tokens": first[v].buckets[0], "frames": first[v].buckets[1]},
+            "padded_frames": first[v].buckets[1] / lead.n_frames - 1,
+            "vs_first": totals[plan.name(v)] / totals["tvm"],
         }
         for v in plan.variants
-    }  # fmt: skip
+    }
     record = {
         "utterance_s": round(audio_s, 3),
         "tvm_s": totals["tvm"],
@@ -261,7 +267,7 @@ def describe_run(record: dict) -> str:
     """One line on what a bench record timed: the text, how long, how many threads and rounds."""
     text = record["text"] if len(record["text"]) <= 90 else record["text"][:87] + "..."
     return (
-        f"\"{text}\": {record['utterance_s']:.1f} s of speech ({record['lengths']['tokens']} tokens, "
+        f'"{text}": {record["utterance_s"]:.1f} s of speech ({record["lengths"]["tokens"]} tokens, '
         f"{record['lengths']['frames']} frames), {record['threads']} threads, median of {record['runs']} "
         "interleaved rounds"
     )
@@ -275,15 +281,17 @@ def backend_rows(record: dict) -> list[dict]:
         peer = record["peers"].get(name)
         median = peer["s"] if peer else record["tvm_policies"][name]["s"]
         quality = record.get("quality", {}).get(name, {})
-        rows.append({
-            "backend": name,
-            "median_s": median,
-            "spread_s": record["spread_s"][name],
-            "rtf": rtf,
-            "vs_tvm": median / record["tvm_s"],
-            "setup_s": peer["setup_s"] if peer else None,
-            **{key: quality.get(key) for key in ("same_noise", "durations_equal", "log_mel_l1", "pesq_wb")},
-        })
+        rows.append(
+            {
+                "backend": name,
+                "median_s": median,
+                "spread_s": record["spread_s"][name],
+                "rtf": rtf,
+                "vs_tvm": median / record["tvm_s"],
+                "setup_s": peer["setup_s"] if peer else None,
+                **{key: quality.get(key) for key in ("same_noise", "durations_equal", "log_mel_l1", "pesq_wb")},
+            }
+        )
     return rows
 
 

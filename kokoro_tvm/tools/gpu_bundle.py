@@ -10,7 +10,6 @@ and scores it).
   apache-tvm; `transfer_parts` groups its files for copies of limited size.
 """
 
-
 from __future__ import annotations
 
 import json
@@ -34,7 +33,7 @@ from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 from kokoro_tvm.reference.noise import noise_source
-from kokoro_tvm.runtime import bundle_runner
+from kokoro_tvm.runtime import bundle_device, bundle_runner
 from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.runtime.devices import DEVICES
 from kokoro_tvm.runtime.kokoro import TVMKokoro
@@ -115,8 +114,10 @@ def check_device(device: str) -> None:
     if device not in DEVICES:
         raise InputError(f"unknown device {device!r}; choose from {', '.join(DEVICES)}")
     if device == "metal" and sys.platform != "darwin":
-        raise UnsupportedError("a Metal bundle is built on macOS (its library needs Xcode's metal compiler); here, "
-                         "`kokoro-tvm gpu-build --target metal` generates and checks the Metal sources")  # fmt: skip
+        raise UnsupportedError(
+            "a Metal bundle is built on macOS (its library needs Xcode's metal compiler); here, "
+            "`kokoro-tvm gpu-build --target metal` generates and checks the Metal sources"
+        )
 
 
 def runtime_kit(dest: Path, python: str | None = None) -> int:
@@ -140,14 +141,33 @@ def runtime_kit(dest: Path, python: str | None = None) -> int:
 
 
 # The manylinux tags a kit's wheel may carry (pip matches each exactly).
-_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-              "manylinux2014_x86_64")  # fmt: skip
+_PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+)
 
 
 def _download_wheel(name: str, version: str, python: str, folder: Path) -> Path:
     platforms = [arg for tag in _PLATFORMS for arg in ("--platform", tag)]
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
-               python, "--implementation", "cp", *platforms, "-d", str(folder), f"{name}=={version}"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        *platforms,
+        "-d",
+        str(folder),
+        f"{name}=={version}",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     wheels = list(folder.glob("*.whl"))
     if done.returncode != 0 or len(wheels) != 1:
@@ -189,6 +209,7 @@ def make_bundle(
     cases, spoken = _record(model, weights_fingerprint, folder, utterances or default_utterances(), pack, noise_src)
     libraries, build_seconds, symbolic_failures = _device_libraries(model, weights_fingerprint, device, folder, cases)
     shutil.copyfile(bundle_runner.__file__, folder / "run_bundle.py")
+    shutil.copyfile(bundle_device.__file__, folder / "bundle_device.py")
     bundle = {
         "format": bundle_runner.BUNDLE_FORMAT,
         "device": device,
@@ -215,9 +236,13 @@ def make_bundle(
     (folder / "bundle.json").write_text(json.dumps(bundle, indent=1))
     bundle["bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     if len(bundle["parts"]) > 1:
-        log.warning("the bundle is %.0f MiB: it travels in %d parts of at most %.0f MiB (bundle.json 'parts'; "
-                    "--archive packs it into fewer)", bundle["bytes"] / 2**20, len(bundle["parts"]),
-                    part_bytes / 2**20)  # fmt: skip
+        log.warning(
+            "the bundle is %.0f MiB: it travels in %d parts of at most %.0f MiB (bundle.json 'parts'; "
+            "--archive packs it into fewer)",
+            bundle["bytes"] / 2**20,
+            len(bundle["parts"]),
+            part_bytes / 2**20,
+        )
     return bundle
 
 
@@ -228,8 +253,9 @@ def _record(model, weights_fingerprint: str, folder: Path, utterances, pack, noi
     from kokoro_tvm.compiler.build import OnDemandBuilder
     from kokoro_tvm.reference.pt_dynamic import run_stages
 
-    recorder = _RecordingKokoro(OnDemandBuilder(model, weights_fingerprint, "float32", host_target()),
-                                "float32", DynamicLengths())  # fmt: skip
+    recorder = _RecordingKokoro(
+        OnDemandBuilder(model, weights_fingerprint, "float32", host_target()), "float32", DynamicLengths()
+    )
     cases, spoken = [], []
     for utterance in utterances:
         chunks = prepare(text=utterance.text)
@@ -249,12 +275,28 @@ def _record(model, weights_fingerprint: str, folder: Path, utterances, pack, noi
             name = f"{utterance.name}-{component}"
             arrays = {f"input{i}": x for i, x in enumerate(inputs)} | {f"expected{i}": y for i, y in enumerate(outputs)}
             np.savez_compressed(folder / "cases" / f"{name}.npz", **arrays)
-            cases.append({"name": name, "utterance": utterance.name, "component": component, "length": length,
-                          "tiles": tiles, "inputs": f"cases/{name}.npz", "n_inputs": len(inputs),
-                          "n_outputs": len(outputs)})  # fmt: skip
-        spoken.append(dict(asdict(utterance), tokens=int(len(chunk.padded_ids)), frames=int(stages.alignment.shape[0]),
-                           durations=stages.durations.tolist(), pt_durations=reference.durations.tolist(),
-                           buckets=list(stages.buckets)))  # fmt: skip
+            cases.append(
+                {
+                    "name": name,
+                    "utterance": utterance.name,
+                    "component": component,
+                    "length": length,
+                    "tiles": tiles,
+                    "inputs": f"cases/{name}.npz",
+                    "n_inputs": len(inputs),
+                    "n_outputs": len(outputs),
+                }
+            )
+        spoken.append(
+            dict(
+                asdict(utterance),
+                tokens=int(len(chunk.padded_ids)),
+                frames=int(stages.alignment.shape[0]),
+                durations=stages.durations.tolist(),
+                pt_durations=reference.durations.tolist(),
+                buckets=list(stages.buckets),
+            )
+        )
         log.info("%s: %d tokens, %d frames recorded", utterance.name, spoken[-1]["tokens"], spoken[-1]["frames"])
     return cases, spoken
 
@@ -308,9 +350,14 @@ def _device_libraries(model, weights_fingerprint: str, device: str, folder: Path
             param_names[component] = artifact.param_names
         if artifact.param_names != param_names[component]:  # one parameter file per component must fit all
             raise ValueError(f"{key}: its parameters differ from the other builds of {component}")
-        libraries[key] = {"component": component, "library": f"libs/{key}.so", "params": f"params/{component}.npz",
-                          "param_names": artifact.param_names, "length_tile": artifact.length_tile,
-                          "transform_params": artifact.manifest.get("transform_params")}  # fmt: skip
+        libraries[key] = {
+            "component": component,
+            "library": f"libs/{key}.so",
+            "params": f"params/{component}.npz",
+            "param_names": artifact.param_names,
+            "length_tile": artifact.length_tile,
+            "transform_params": artifact.manifest.get("transform_params"),
+        }
 
     for component in NAMES:
         mine = [case for case in cases if case["component"] == component]
@@ -323,8 +370,13 @@ def _device_libraries(model, weights_fingerprint: str, device: str, folder: Path
             if device == "cpu":
                 raise
             failures[component] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-            log.warning("%s: no symbolic build for %s (%s); static builds at %s", component, device,
-                        failures[component], sorted({case["length"] for case in mine}))  # fmt: skip
+            log.warning(
+                "%s: no symbolic build for %s (%s); static builds at %s",
+                component,
+                device,
+                failures[component],
+                sorted({case["length"] for case in mine}),
+            )
             for case in mine:
                 key = f"{component}-n{case['length']}"
                 if key not in libraries:

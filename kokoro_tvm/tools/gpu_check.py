@@ -35,8 +35,17 @@ from kokoro_tvm.tools.gpu_bundle import KERNELS_RECORDED, check_device, make_bun
 
 log = logging.getLogger(__name__)
 
-COMPONENT_FIELDS = ("case", "length", "worst_rel_l2", "within_tolerance", "seconds_median", "seconds_min",
-                    "seconds_max", "kernels", "against")  # fmt: skip (the last two: run_bundle.py --kernels, --against)
+COMPONENT_FIELDS = (
+    "case",
+    "length",
+    "worst_rel_l2",
+    "within_tolerance",
+    "seconds_median",
+    "seconds_min",
+    "seconds_max",
+    "kernels",
+    "against",
+)  # the last two: run_bundle.py --kernels, --against
 RESULTS_DIR = "gpu_check"  # under outputs/: one JSON per run (notebook 06 shows them)
 # Reports of runs on machines that had the device, committed so every clone shows them (NOTES/metal.md).
 RECORDED_DIR = REPO_ROOT / "NOTES" / "gpu_check"
@@ -78,20 +87,24 @@ def score(folder, results_dir) -> dict:
         cpu = np.load(folder / "audio" / f"{name}-cpu.npy")
         same_inputs = folder / "audio" / f"{name}-pt-same-inputs.npy"  # absent in bundles made before it
         seconds = [c["seconds_median"] for c in results["cases"] if c["utterance"] == name]
-        rows.append({
-            "utterance": name,
-            "tokens": n_tokens,
-            "frames": utterance["frames"],
-            "durations_equal_cpu": bool(np.array_equal(durations, np.asarray(utterance["durations"]))),
-            "durations_equal_pt": bool(np.array_equal(durations, np.asarray(utterance["pt_durations"]))),
-            "audio_rel_l2_vs_cpu": rel_l2(cpu, audio),
-            # the same measure one step up: the CPU build's decoder against PyTorch's on the same inputs
-            "cpu_audio_rel_l2_vs_pt_same_inputs": rel_l2(np.load(same_inputs), cpu) if same_inputs.exists() else None,
-            "pesq_wb_vs_pt": pesq_wb(reference, audio),
-            "stoi_vs_pt": stoi(reference, audio),
-            "components_seconds": sum(seconds),
-            "audio_seconds": audio.shape[0] / SAMPLE_RATE,
-        })  # fmt: skip
+        rows.append(
+            {
+                "utterance": name,
+                "tokens": n_tokens,
+                "frames": utterance["frames"],
+                "durations_equal_cpu": bool(np.array_equal(durations, np.asarray(utterance["durations"]))),
+                "durations_equal_pt": bool(np.array_equal(durations, np.asarray(utterance["pt_durations"]))),
+                "audio_rel_l2_vs_cpu": rel_l2(cpu, audio),
+                # the same measure one step up: the CPU build's decoder against PyTorch's on the same inputs
+                "cpu_audio_rel_l2_vs_pt_same_inputs": rel_l2(np.load(same_inputs), cpu)
+                if same_inputs.exists()
+                else None,
+                "pesq_wb_vs_pt": pesq_wb(reference, audio),
+                "stoi_vs_pt": stoi(reference, audio),
+                "components_seconds": sum(seconds),
+                "audio_seconds": audio.shape[0] / SAMPLE_RATE,
+            }
+        )
     return {"device": results["device"], "device_name": results["device_name"], "utterances": rows}
 
 
@@ -108,8 +121,9 @@ def gpu_check(
     folder = Path(folder)
     make_bundle(model, weights_fingerprint, device, folder / "bundle", utterances)
     with bundle_errors():
-        bundle_runner.run_bundle(folder / "bundle", device, runs=runs, out_dir=folder / "results",
-                                 kernels=KERNELS_RECORDED)
+        bundle_runner.run_bundle(
+            folder / "bundle", device, runs=runs, out_dir=folder / "results", kernels=KERNELS_RECORDED
+        )
     result = report(folder / "bundle", folder / "results")
     (folder / "report.json").write_text(json.dumps(result, indent=1))
     if not keep_bundle:

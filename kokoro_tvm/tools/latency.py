@@ -53,8 +53,14 @@ def playback(arrivals: list[float], seconds: list[float]) -> dict:
     for arrival, length in zip(arrivals, seconds, strict=True):
         gaps.append(max(0.0, arrival - end))
         end = max(end, arrival) + length
-    return {"first_s": arrivals[0], "total_s": arrivals[-1], "audio_s": sum(seconds), "pieces": len(arrivals),
-            "underruns": sum(g > 0 for g in gaps), "gap_s": sum(gaps)}  # fmt: skip
+    return {
+        "first_s": arrivals[0],
+        "total_s": arrivals[-1],
+        "audio_s": sum(seconds),
+        "pieces": len(arrivals),
+        "underruns": sum(g > 0 for g in gaps),
+        "gap_s": sum(gaps),
+    }
 
 
 def time_stream(start: Callable[[], Iterable[np.ndarray]]) -> dict:
@@ -73,7 +79,6 @@ class KPipelineStream:
     def __init__(self, model, voice_pack: np.ndarray, language: str = "a"):
         import torch
         from kokoro import KPipeline
-
 
         with spacy_model_from_package():
             self.pipeline = KPipeline(lang_code=language, repo_id="hexgrad/Kokoro-82M", model=model)
@@ -161,8 +166,14 @@ def first_audio(
         for name, start in starts.items():
             time.sleep(SETTLE_SECONDS)
             rounds[name].append(time_stream(start))
-    return {"text": text, "voice": pack.name, "threads": threads, "runs": runs, "weights_fingerprint": info.fingerprint,
-            "backends": {name: _summary(found) for name, found in rounds.items()}}  # fmt: skip
+    return {
+        "text": text,
+        "voice": pack.name,
+        "threads": threads,
+        "runs": runs,
+        "weights_fingerprint": info.fingerprint,
+        "backends": {name: _summary(found) for name, found in rounds.items()},
+    }
 
 
 def _summary(rounds: list[dict]) -> dict:

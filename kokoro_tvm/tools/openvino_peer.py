@@ -168,13 +168,14 @@ class OpenVinoKokoro:
     threads; `speak(padded_ids, style, speed)` like every peer, with SineGen noise from `noise` (default zero,
     as bench's TVM runs)."""
 
-    def __init__(self, model, threads: int | None = None, precision: str = "f32", sine: str = "polynomial",
-                 noise=None):  # fmt: skip
+    def __init__(self, model, threads: int | None = None, precision: str = "f32", sine: str = "polynomial", noise=None):
         import openvino
 
         if precision not in OV_PRECISIONS or sine not in ("polynomial", "native"):
-            raise OpenVinoError(f"OpenVINO precision is one of {', '.join(OV_PRECISIONS)} and sine is polynomial "
-                                f"or native; got {precision!r}, {sine!r}")  # fmt: skip
+            raise OpenVinoError(
+                f"OpenVINO precision is one of {', '.join(OV_PRECISIONS)} and sine is polynomial "
+                f"or native; got {precision!r}, {sine!r}"
+            )
         self.model, self.threads, self.precision, self.sine = model, threads, precision, sine
         self.noise = noise or ZeroNoise()
         self.core = openvino.Core()
@@ -200,7 +201,6 @@ class OpenVinoKokoro:
     def _convert(self, part: str, inputs) -> object:
         import openvino
 
-
         start = time.perf_counter()
         example = tuple(torch.from_numpy(np.ascontiguousarray(x)) for x in inputs)
         with export_patches(self.model), exact_length_lstms(), torch.no_grad(), warnings.catch_warnings():
@@ -210,8 +210,13 @@ class OpenVinoKokoro:
         compiled = self.core.compile_model(converted, "CPU", self._config(part))
         seconds = time.perf_counter() - start
         self.compile_s = (self.compile_s or 0.0) + seconds
-        log.info("OpenVINO %s [%s, %d sines rewritten]: %.1f s", part, self._config(part)["INFERENCE_PRECISION_HINT"],
-                 rewritten, seconds)  # fmt: skip
+        log.info(
+            "OpenVINO %s [%s, %d sines rewritten]: %.1f s",
+            part,
+            self._config(part)["INFERENCE_PRECISION_HINT"],
+            rewritten,
+            seconds,
+        )
         return compiled
 
     def speak(self, padded_ids, style: np.ndarray, speed: float = 1.0) -> np.ndarray:
@@ -231,7 +236,8 @@ class OpenVinoKokoro:
         (t_en,) = self.run("text_encoder", n_tokens, ids, token_lengths)
         asr = np.ascontiguousarray(t_en[:, :, alignment])
         sine = self.noise.sine_noise(n_frames * SAMPLES_PER_FRAME, batch=1, stream=0)
-        (harmonics,) = self.run("source", n_frames, f0, sine.initial_phase.astype(np.float32),
-                                sine.additive.astype(np.float32))  # fmt: skip
+        (harmonics,) = self.run(
+            "source", n_frames, f0, sine.initial_phase.astype(np.float32), sine.additive.astype(np.float32)
+        )
         (audio,) = self.run("body", n_frames, asr, f0, n, decoder_style, harmonics)
         return audio.reshape(-1)

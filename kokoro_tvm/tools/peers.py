@@ -38,8 +38,16 @@ from kokoro_tvm.weights.resolve import embedded_onnx
 
 log = logging.getLogger(__name__)
 
-PEERS = ("torch", "torch_compile", "ort_fp32", "ort_int8", "kokoro_onnx", "kokoro_onnx_fp32", "openvino_f32",
-         "openvino_bf16")  # fmt: skip
+PEERS = (
+    "torch",
+    "torch_compile",
+    "ort_fp32",
+    "ort_int8",
+    "kokoro_onnx",
+    "kokoro_onnx_fp32",
+    "openvino_f32",
+    "openvino_bf16",
+)
 FP32_PEERS = ("torch", "torch_compile", "ort_fp32", "kokoro_onnx_fp32", "openvino_f32")
 COMPILING_PEERS = ("torch_compile", "openvino_f32", "openvino_bf16")  # compile on their first call
 ONNX_OPSET = 17

@@ -37,8 +37,10 @@ def backend_quality(reference, peer_audio: dict, peer_durations: dict, tvm_stage
     and TVM's variants ({name: Stages}, all with the reference's noise)."""
     quality = {}
     for name, audio in peer_audio.items():
-        quality[name] = {"same_noise": name in SAME_NOISE_PEERS,
-                         **audio_quality(reference, audio, peer_durations.get(name))}  # fmt: skip
+        quality[name] = {
+            "same_noise": name in SAME_NOISE_PEERS,
+            **audio_quality(reference, audio, peer_durations.get(name)),
+        }
     for name, stages in tvm_stages.items():
         quality[name] = {"same_noise": True, **audio_quality(reference, stages.audio, stages.durations)}
     return quality

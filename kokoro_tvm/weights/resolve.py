@@ -118,8 +118,9 @@ def _read_state_dicts(path: Path) -> StateDicts:
             warnings.simplefilter("ignore")
             loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises several types for truncated or foreign files
-        raise WeightsError(f"cannot read weights file {path} (truncated, corrupt or not a checkpoint): "
-                           f"{_first_sentence(exc)}") from exc  # fmt: skip
+        raise WeightsError(
+            f"cannot read weights file {path} (truncated, corrupt or not a checkpoint): {_first_sentence(exc)}"
+        ) from exc
     if not isinstance(loaded, dict) or not set(TOP_MODULES) <= set(loaded):
         raise WeightsError(
             f"{path} is not a Kokoro weights file: expected a dict with keys {list(TOP_MODULES)}, "

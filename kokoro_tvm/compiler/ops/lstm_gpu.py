@@ -52,8 +52,12 @@ def gpu_recurrence_kernel(batch: int, hidden: int, dtype: str, bind_threads: boo
     attrs = {"tirx.noalias": True, "tirx.is_scheduled": True, **recurrence_attrs(batch, hidden, dtype)}
 
     @T.prim_func(private=True)
-    def lstm_recurrence_gpu(gates_x_handle: T.handle, w_hh_t: T.Buffer((2, hidden, four_h), dtype),
-                            lengths: T.Buffer((batch,), "int64"), out_handle: T.handle):  # fmt: skip
+    def lstm_recurrence_gpu(
+        gates_x_handle: T.handle,
+        w_hh_t: T.Buffer((2, hidden, four_h), dtype),
+        lengths: T.Buffer((batch,), "int64"),
+        out_handle: T.handle,
+    ):
         T.func_attr(attrs)  # marked so a GPU build can find and swap it
         steps = T.int64()
         gates_x = T.match_buffer(gates_x_handle, (2, batch, steps, four_h), dtype)

@@ -30,8 +30,12 @@ def recurrence_kernel(batch: int, hidden: int, dtype: str):
     attrs = {"tirx.noalias": True, **recurrence_attrs(batch, hidden, dtype)}
 
     @T.prim_func(private=True)
-    def lstm_recurrence(gates_x_handle: T.handle, w_hh_t: T.Buffer((2, hidden, four_h), dtype),
-                        lengths: T.Buffer((batch,), "int64"), out_handle: T.handle):  # fmt: skip
+    def lstm_recurrence(
+        gates_x_handle: T.handle,
+        w_hh_t: T.Buffer((2, hidden, four_h), dtype),
+        lengths: T.Buffer((batch,), "int64"),
+        out_handle: T.handle,
+    ):
         T.func_attr(attrs)  # marked so a GPU build can find and swap it
         steps = T.int64()
         gates_x = T.match_buffer(gates_x_handle, (2, batch, steps, four_h), dtype)

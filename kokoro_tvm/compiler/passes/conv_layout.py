@@ -68,9 +68,16 @@ class _ConvRewriter(PyExprMutator):
         if not extra:
             return None
         w = self.builder_.emit(relax.op.nn.pad(call.args[1], pad_width=[0, extra, 0, 0, 0, 0]))
-        wide = self.builder_.emit(relax.op.nn.conv1d(
-            call.args[0], w, strides=ints(attrs.strides), padding=ints(attrs.padding),
-            dilation=ints(attrs.dilation), out_dtype=attrs.out_dtype))  # fmt: skip
+        wide = self.builder_.emit(
+            relax.op.nn.conv1d(
+                call.args[0],
+                w,
+                strides=ints(attrs.strides),
+                padding=ints(attrs.padding),
+                dilation=ints(attrs.dilation),
+                out_dtype=attrs.out_dtype,
+            )
+        )
         return relax.op.strided_slice(wide, axes=[1], begin=[0], end=[w_shape[0]], assume_inbound=True)
 
     def _aligned(self, call):

@@ -21,8 +21,9 @@ def _accumulated_in_float64(call):
     dtype = str(call.attrs.dtype or x.ty.dtype)
     if dtype != "float32" or str(x.ty.dtype) != "float32":
         return call
-    wide = relax.op.cumsum(relax.op.astype(x, "float64"), axis=call.attrs.axis, dtype="float64",
-                           exclusive=bool(call.attrs.exclusive))  # fmt: skip
+    wide = relax.op.cumsum(
+        relax.op.astype(x, "float64"), axis=call.attrs.axis, dtype="float64", exclusive=bool(call.attrs.exclusive)
+    )
     return relax.op.astype(wide, "float32")
 
 

@@ -70,8 +70,9 @@ def _running_sum(call: relax.Call, mutator, accumulator: str):
 def UseGPURunningSum(accumulator: str = "float64"):  # noqa: N802 (TVM pass naming)
     """Every running sum the serial GPU kernel can take, computed by it with an `accumulator` sum (float64:
     PyTorch's CPU cumsum bit for bit, but for rare last-bit ties)."""
-    return call_rewriting_pass("UseGPURunningSum", "relax.cumsum",
-                               functools.partial(_running_sum, accumulator=accumulator), with_mutator=True)  # fmt: skip
+    return call_rewriting_pass(
+        "UseGPURunningSum", "relax.cumsum", functools.partial(_running_sum, accumulator=accumulator), with_mutator=True
+    )
 
 
 def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
@@ -81,8 +82,11 @@ def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
     while frame is not None:
         filename, lineno = frame.f_code.co_filename, frame.f_lineno
         line = linecache.getline(filename, lineno)
-        frames.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name, [line] if line else None,
-                                        0 if line else None))  # fmt: skip
+        frames.append(
+            inspect.FrameInfo(
+                frame, filename, lineno, frame.f_code.co_name, [line] if line else None, 0 if line else None
+            )
+        )
         frame = frame.f_back
     return frames
 
@@ -125,9 +129,13 @@ DEFAULT_SHARED_BYTES = 48 * 1024
 
 # The lowering steps that give each block's shared buffers their final (compacted) size; the module stays in
 # block form.
-_COMPACTING = (s_tir.transform.LowerCrossThreadReduction, s_tir.transform.LowerInitBlock,
-               s_tir.transform.PlanAndUpdateBufferAllocationLocation, s_tir.transform.ConvertBlocksToOpaque,
-               s_tir.transform.CompactBufferAllocation)  # fmt: skip
+_COMPACTING = (
+    s_tir.transform.LowerCrossThreadReduction,
+    s_tir.transform.LowerInitBlock,
+    s_tir.transform.PlanAndUpdateBufferAllocationLocation,
+    s_tir.transform.ConvertBlocksToOpaque,
+    s_tir.transform.CompactBufferAllocation,
+)
 
 
 def _blocks(stmt):
@@ -170,9 +178,19 @@ def shared_bytes(mod: tvm.IRModule) -> int:
     symbolic size as 0 bytes: dlight's GEMV rule cached a whole symbolic-length row of the F0 conv's input,
     which CUDA code generation then refused, "Can only handle constant size stack allocation".)"""
     compacted = tvm.transform.Sequential([make() for make in _COMPACTING])(mod)
-    return max((sum(_most_bytes(buffer) for block in _blocks(func.body) for buffer in block.alloc_buffers
-                    if buffer.scope().startswith("shared"))
-                for func in compacted.functions.values() if isinstance(func, tirx.PrimFunc)), default=0)  # fmt: skip
+    return max(
+        (
+            sum(
+                _most_bytes(buffer)
+                for block in _blocks(func.body)
+                for buffer in block.alloc_buffers
+                if buffer.scope().startswith("shared")
+            )
+            for func in compacted.functions.values()
+            if isinstance(func, tirx.PrimFunc)
+        ),
+        default=0,
+    )
 
 
 class WithinSharedMemory:
@@ -224,8 +242,13 @@ def rules(counts: dict[str, int] | None = None):
     """dlight's GPU rules, in the order TVM's own GPU pipeline tries them, each within the shared-memory limit;
     with `counts`, each counts the functions it schedules."""
 
-    chosen = [dlight.gpu.Matmul(), FewLongRows(dlight.gpu.GEMV()), dlight.gpu.Reduction(),
-              dlight.gpu.GeneralReduction(), dlight.gpu.Fallback()]  # fmt: skip
+    chosen = [
+        dlight.gpu.Matmul(),
+        FewLongRows(dlight.gpu.GEMV()),
+        dlight.gpu.Reduction(),
+        dlight.gpu.GeneralReduction(),
+        dlight.gpu.Fallback(),
+    ]
     guarded = [WithinSharedMemory(rule) for rule in chosen]
     return guarded if counts is None else [CountingRule(rule, counts) for rule in guarded]
 

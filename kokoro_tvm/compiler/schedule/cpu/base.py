@@ -16,6 +16,7 @@ from kokoro_tvm.compiler.targets import CPUGeometry, cpu_geometry
 
 log = logging.getLogger(__name__)
 
+
 def extent(sch: s_tir.Schedule, loop):
     """The loop's extent: an int when static, else the symbolic PrimExpr."""
     ext = sch.get(loop).extent
@@ -130,5 +131,3 @@ class CPURule(ScheduleRule):
 
     def schedule(self, sch: s_tir.Schedule, infos: list, geometry: CPUGeometry) -> s_tir.Schedule | None:
         raise NotImplementedError
-
-

@@ -143,7 +143,6 @@ def _set_collisions(stride_bytes: int, rows: int, geometry: CPUGeometry) -> int:
     return max(sets.values())
 
 
-
 @dataclass
 class _Match:
     """The reduction block and the loops around it, as `Contraction` found them."""

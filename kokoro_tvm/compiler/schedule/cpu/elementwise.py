@@ -108,4 +108,3 @@ class Elementwise(CPURule):
             return [], None
         following = sized[-1]
         return [info for info in order if info is not following], following
-

@@ -13,4 +13,3 @@ class ParallelOuter(CPURule):
             if spatial and spatial == loops[: len(spatial)]:
                 sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
         return sch
-

@@ -67,4 +67,3 @@ class RowReduction(CPURule):
         init = sch.decompose_reduction(partial, reduce_outer)
         sch.vectorize(sch.get_loops(init)[-1])
         sch.set_scope(partial, 0, "local")
-
