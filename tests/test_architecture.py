@@ -376,3 +376,39 @@ def test_modules_and_functions_stay_small():
                 if f"{name}:{node.name}" not in LONG_FUNCTIONS:
                     too_long.append(f"{name}:{node.name}: {size} lines")
     assert too_long == []
+
+
+# The pipeline wraps its phases in one module pass of its own (`KokoroPipeline`): the pipeline, not a pass of it.
+PIPELINE = "compiler/pipeline.py:_pipeline"
+
+
+def _passes_defined(path: Path) -> list[str]:
+    """Every IR pass `path` defines: a function decorated as a TVM pass (module, function or PrimFunc pass), an
+    expression mutator class, or a pass made by the rewrite helpers of compiler/passes/base.py."""
+    found, name = [], path.relative_to(PACKAGE).as_posix()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            for decorator in node.decorator_list:
+                called = ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
+                if called.endswith(("module_pass", "function_pass", "prim_func_pass")) or called == "mutator":
+                    found.append(f"{name}:{node.name}")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("rewriting_pass"):
+            found.append(f"{name}:{node.lineno} {ast.unparse(node.func)}")
+    return found
+
+
+def test_every_pass_lives_in_compiler_passes():
+    """One room for the IR passes: the pipeline reads them from compiler/passes/ and nowhere else."""
+    outside = [
+        found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not path.relative_to(PACKAGE).as_posix().startswith("compiler/passes/")
+        for found in _passes_defined(path)
+        if found != PIPELINE
+    ]
+    assert outside == []
+    # the check is not vacuous: it finds the passes where they live (20 of them at this writing)
+    inside = [
+        found for path in sorted((PACKAGE / "compiler" / "passes").glob("*.py")) for found in _passes_defined(path)
+    ]
+    assert len(inside) >= 15, inside

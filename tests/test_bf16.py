@@ -16,6 +16,7 @@ from tvm import relax
 
 from kokoro_tvm.compiler import bf16, packed
 from kokoro_tvm.compiler.passes import SnakeSine
+from kokoro_tvm.compiler.passes.bf16_convolutions import Bf16Convolutions
 from kokoro_tvm.compiler.targets import host_target
 
 needs_bf16 = pytest.mark.skipif(not bf16.host_supports_bf16(), reason="this CPU has no AVX512_BF16")
@@ -72,7 +73,7 @@ def _bf16_conv(target):
     """One bf16 conv (32 -> 48 channels, k5, dilation 2, with a bias + leaky ReLU epilogue), compiled for target."""
     from kokoro_tvm.compiler.pipeline import compile_relax
 
-    return compile_relax(bf16.Bf16Convolutions()(_conv_module(32, 48, 5, 2, 96)), target)
+    return compile_relax(Bf16Convolutions()(_conv_module(32, 48, 5, 2, 96)), target)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +113,7 @@ def _symbolic_bf16_conv(tile: int, target):
     from kokoro_tvm.compiler.pipeline import compile_relax
 
     k = tvm.tirx.Var("k", "int64")
-    return compile_relax(bf16.Bf16Convolutions()(_conv_module(16, 16, 3, 1, k * tile)), target)
+    return compile_relax(Bf16Convolutions()(_conv_module(16, 16, 3, 1, k * tile)), target)
 
 
 @needs_code
@@ -168,7 +169,7 @@ def test_the_packing_pass_is_vector_tiles_with_its_producers_per_tile():
     (0.53 s -> 0.10 s of the bf16 decoder at 472 frames)."""
     from kokoro_tvm.compiler.pipeline import lower
 
-    mod = bf16.Bf16Convolutions()(_snake_conv_module(32, 480, 7, 3))
+    mod = Bf16Convolutions()(_snake_conv_module(32, 480, 7, 3))
     lowered = lower(mod, host_target())
     (pack,) = [f for g, f in lowered.functions_items() if "bf16_pack_x" in g.name_hint]
     loops = _root_loops(pack)
@@ -181,7 +182,7 @@ def test_the_packing_pass_is_vector_tiles_with_its_producers_per_tile():
 def test_the_fused_snake_and_packing_compute_the_snake():
     from kokoro_tvm.compiler.pipeline import compile_relax
 
-    executable = compile_relax(bf16.Bf16Convolutions()(_snake_conv_module(32, 480, 7, 3)), host_target())
+    executable = compile_relax(Bf16Convolutions()(_snake_conv_module(32, 480, 7, 3)), host_target())
     vm = relax.VirtualMachine(executable, tvm.cpu())
     rng = np.random.default_rng(3)
     x = rng.standard_normal((1, 32, 480)).astype(np.float32)
@@ -201,7 +202,7 @@ def test_the_fused_snake_and_packing_compute_the_snake():
 
 def test_only_selected_even_channel_convs_are_rewritten():
     def rewritten(mod, select):
-        out = bf16.Bf16Convolutions(select)(mod)
+        out = Bf16Convolutions(select)(mod)
         return sum(1 for gv in out.functions if gv.name_hint.startswith("bf16_conv1d"))
 
     assert rewritten(_conv_module(32, 48, 5, 2, 96), lambda names: True) == 1

@@ -360,8 +360,8 @@ def test_symbolic_gpu_reductions_across_threads_are_combined_not_raced():
     from tvm import te, tirx
     from tvm.s_tir import dlight
 
+    from kokoro_tvm.compiler.passes.compact_symbolic_buffers import CompactSymbolicBuffers
     from kokoro_tvm.compiler.schedule.gpu import rules
-    from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers
 
     tiles = tirx.Var("tiles", "int64")
     x = te.placeholder((1, tiles * 8, 512), name="x")

@@ -13,6 +13,7 @@ from kernel_asm import code_target, executable_asm, hot_loop
 from tvm import relax
 
 from kokoro_tvm.compiler import int8
+from kokoro_tvm.compiler.passes.int8_convolutions import Int8Convolutions
 from kokoro_tvm.compiler.targets import cpu_geometry, host_target
 from kokoro_tvm.studies.benchmark import _int8_conv_module
 
@@ -116,7 +117,7 @@ def test_the_int8_rewrite_computes_the_studys_int8_channel_conv():
     from kokoro_tvm.compiled import compile_and_load
 
     x, w, b = _operands(np.random.default_rng(5), 32, 48, 7, 100)  # 100: padded to whole column tiles
-    rewritten = int8.Int8Convolutions()(_float_conv_module(32, 48, 7, 3, 100))
+    rewritten = Int8Convolutions()(_float_conv_module(32, 48, 7, 3, 100))
     assert "int8_conv1d" in rewritten.script()
     (got,) = compile_and_load(rewritten)(x, w, b)
     expected = _emulated(x, w, b, 3)
@@ -133,7 +134,7 @@ def test_the_activation_packing_loads_scales_without_gathers():
     those loads too and emitted them as vgatherdps, two per channel and vector (4x slower on the decoder)."""
     from kokoro_tvm.compiler.pipeline import compile_relax
 
-    executable = compile_relax(int8.Int8Convolutions()(_float_conv_module(32, 48, 7, 3, 96)), CODE_TARGET)
+    executable = compile_relax(Int8Convolutions()(_float_conv_module(32, 48, 7, 3, 96)), CODE_TARGET)
     blocks = re.split(r"\n(?=\.LBB)", executable_asm(executable))
     packing = max(blocks, key=lambda block: block.count("vrndscaleps"))
     assert packing.count("vrndscaleps") >= 4  # one vector of each channel of a quad
@@ -146,7 +147,7 @@ def test_the_weights_layout_and_peaks_are_computed_once_at_load():
     moves them (the O x C x K abs and transpose) into the function that runs at load."""
     module = _float_conv_module(32, 48, 7, 3, 96)
     module["main"] = module["main"].with_attr("num_input", 1)  # x is the input, w and b the weights
-    lifted = relax.transform.LiftTransformParams()(int8.Int8Convolutions()(module))
+    lifted = relax.transform.LiftTransformParams()(Int8Convolutions()(module))
     per_call, at_load = lifted["main"].script(), lifted["main_transform_params"].script()
     assert "R.abs" in at_load and "R.permute_dims" in at_load
     assert "R.abs" not in per_call and "R.permute_dims" not in per_call
@@ -202,7 +203,7 @@ def _symbolic_int8_conv(target):
     from kokoro_tvm.compiler.pipeline import compile_relax
 
     k = tvm.tirx.Var("k", "int64")
-    return compile_relax(int8.Int8Convolutions()(_float_conv_module(16, 16, 3, 1, k * 16)), target)
+    return compile_relax(Int8Convolutions()(_float_conv_module(16, 16, 3, 1, k * 16)), target)
 
 
 @needs_code
@@ -227,14 +228,14 @@ def test_only_selected_convs_with_channel_quads_become_int8():
     from kokoro_tvm.compiler.bf16 import selected_by_name
 
     mod = _float_conv_module(32, 48, 7, 3, 64)
-    assert "int8_conv1d" not in int8.Int8Convolutions(selected_by_name(["decoder.generator."]))(mod).script()
-    assert "int8_conv1d" not in int8.Int8Convolutions()(_float_conv_module(6, 8, 3, 1, 64)).script()  # 6 % 4
+    assert "int8_conv1d" not in Int8Convolutions(selected_by_name(["decoder.generator."]))(mod).script()
+    assert "int8_conv1d" not in Int8Convolutions()(_float_conv_module(6, 8, 3, 1, 64)).script()  # 6 % 4
 
 
 def test_int8_builds_take_the_resblocks_and_leave_the_rest_to_bf16():
     from kokoro_tvm.compiler.build import BuildSpec, key_fields
-    from kokoro_tvm.compiler.precompile import bucket_specs
     from kokoro_tvm.compiler.pipeline import precision_passes
+    from kokoro_tvm.compiler.precompile import bucket_specs
     from kokoro_tvm.components import build_precision
     from kokoro_tvm.runtime.buckets import parse_buckets
 

@@ -22,10 +22,10 @@ not pointers: an earlier version passed the operands' addresses, and the accumul
 innermost loops with (kokoro_tvm.compiler.schedule.cpu); `kokoro_dpbf16ps_8x2` (`kokoro_dpbf16ps8`, a ymm
 register) where a symbolic length is 8k steps and 16 columns do not divide it.
 
-`Bf16Convolutions(select)` rewrites the float32 conv1d calls whose weight parameters `select` accepts; which ones
-is the registry's `BF16_CONVOLUTIONS` (kokoro_tvm.components), set by a measured error budget
-(kokoro_tvm.studies.precision). It runs before the weight-only work is lifted out of `main`, so the weights are
-packed once at load, not per call; the conv-transpose upsamplers are made ordinary convs first
+`passes.bf16_convolutions.Bf16Convolutions(select)` rewrites the float32 conv1d calls whose weight parameters
+`select` accepts; which ones is the registry's `BF16_CONVOLUTIONS` (kokoro_tvm.components), set by a measured
+error budget (kokoro_tvm.studies.precision). It runs before the weight-only work is lifted out of `main`, so the
+weights are packed once at load, not per call; the conv-transpose upsamplers are made ordinary convs first
 (PolyphaseConvTranspose) so that they can take part. A target without avx512bf16 is refused
 before any rewrite (`require_bf16`): never an illegal instruction at run time.
 """
@@ -200,12 +200,6 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
 
 
 KERNEL = packed.PackedKernel(group=2, emit=_emit)
-
-
-def Bf16Convolutions(select=lambda parameters: True):  # noqa: N802 (TVM pass naming)
-    """Every convertible float32 conv1d whose weight's parameter names `select` accepts, as bf16 pack + bf16
-    conv (see the module)."""
-    return packed.PackedConvolutions("Bf16Convolutions", KERNEL, select)
 
 
 # Snake's sine before a bf16 conv (passes.SnakeSine): 6 Taylor terms, error below float32's half ulp at 1; its

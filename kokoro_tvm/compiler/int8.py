@@ -11,8 +11,8 @@ The layout mirrors kokoro_tvm.compiler.bf16 with the input channels taken in fou
 - weights wq[o, c/4, k, 4] int8 (one quad is 32 bits: broadcast to every lane);
 - out[n, o, t] = sum_{c4, k, p} i32(xq[n, c4, t + k d, p]) * i32(wq[o, c4, k, p]) in int32.
 
-`Int8Convolutions(select)` rewrites the float32 conv1d calls `select` accepts into the `int8_channel` plan that
-kokoro_tvm.studies.precision measures, per call:
+`passes.int8_convolutions.Int8Convolutions(select)` rewrites the float32 conv1d calls `select` accepts into the
+`int8_channel` plan that kokoro_tvm.studies.precision measures, per call:
 
 - each input channel's range over the call, widened to hold 0: lo[c] <= 0 <= hi[c]; scale s[c] = (hi - lo) / 255
   and zero point z[c] = round(-lo / s), so q = round(x / s) + z is uint8 and the conv's zero padding is z exactly;
@@ -29,7 +29,7 @@ Which convs is the registry's `INT8_CONVOLUTIONS` (the generator's resblocks, 91
 
 As with bf16, TVM 0.27 cannot emit the instruction: a few lines of LLVM IR define `kokoro_dpbusd{16,8}`, taking
 the operands as int32 vectors by value, and every PrimFunc named after `int8_conv1d` imports them
-(kokoro_tvm.compiler.packed.ImportLLVMKernels); the CPU Contraction rule tensorizes the innermost (16 columns x
+(kokoro_tvm.compiler.passes.llvm_kernels); the CPU Contraction rule tensorizes the innermost (16 columns x
 one quad) step with `kokoro_dpbusd_16x4`.
 """
 
@@ -256,9 +256,3 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
 
 
 KERNEL = packed.PackedKernel(group=4, emit=_emit)
-
-
-def Int8Convolutions(select=lambda parameters: True):  # noqa: N802 (TVM pass naming)
-    """Every convertible float32 conv1d whose weight's parameter names `select` accepts, as the per-call
-    int8_channel conv (see the module)."""
-    return packed.PackedConvolutions("Int8Convolutions", KERNEL, select)

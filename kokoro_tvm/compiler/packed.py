@@ -5,11 +5,12 @@ compiler.int8 (`vpdpbusd` over channel quads).
   machine (a virtual machine can hide a feature its CPU model has), refused in one line before any work;
 - the conv both compute, one reduction over (channel group, tap, channel within the group) on operands packed
   as x[n, c / g, t, g] and w[o, c / g, k, g], which the CPU Contraction rule tiles and tensorizes;
-- `PackedConvolutions`: the Relax rewrite both run, which finds the float32 conv1d calls a kernel can take and
-  hands each to the kernel's `emit` (its packing, its conv, its dequantization) with the padding worked out;
+- `PackedKernel`: what the Relax rewrite both run (kokoro_tvm.compiler.passes.packed_convolutions) reads to find
+  the float32 conv1d calls a kernel can take and hand each to the kernel's `emit` (its packing, its conv, its
+  dequantization) with the padding worked out;
 - registering a kernel's tensorized step with TVM once per process;
-- `ImportLLVMKernels`: TVM 0.27 cannot emit either instruction, so each kernel's step is a few lines of LLVM IR
-  that the functions calling it import.
+- TVM 0.27 cannot emit either instruction, so each kernel's step is a few lines of LLVM IR that the functions
+  calling it import (kokoro_tvm.compiler.passes.llvm_kernels.ImportLLVMKernels).
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
-from tvm import s_tir, te, tirx
-from tvm.relax.expr_functor import PyExprMutator, mutator
+from tvm import s_tir, te
 from tvm.target import codegen
 
-from kokoro_tvm.compiler.passes.base import alignment_pad, parameter_names, rewriting_pass, slice_last_axis
 from kokoro_tvm.compiler.targets import cpu_flags, host_target
 from kokoro_tvm.errors import UnsupportedError
 
@@ -151,53 +150,3 @@ class PackedKernel:
 
     group: int
     emit: Callable
-
-
-@mutator
-class PackedConvRewriter(PyExprMutator):
-    def __init__(self, mod, kernel: PackedKernel, select):
-        super().__init__(mod)
-        self.kernel, self.select, self.rewritten = kernel, select, 0
-        self.conv1d = tvm.ir.Op.get("relax.nn.conv1d")
-
-    def visit_call_(self, call):
-        call = super().visit_call_(call)
-        if not call.op.same_as(self.conv1d) or not convertible(call, self.kernel.group):
-            return call
-        if not self.select(parameter_names(self, call.args[1])):
-            return call
-        left, right = (int(v) for v in call.attrs.padding)
-        (dilation,) = (int(v) for v in call.attrs.dilation)
-        x, w = call.args
-        length = x.ty.shape[2] + left + right - dilation * (int(w.ty.shape[2]) - 1)
-        extra = alignment_pad(length)  # whole column tiles, as AlignConvLengths does for fp32 convs
-        # Zero words past the last tap, so that the packed row is whole vectors of words and the packing pass
-        # (which the AdaIN / Snake work before it fuses into) vectorizes: rows of t + 18 words (k7, dilation 3)
-        # ran scalar, 0.53 s of the bf16 decoder's 2.1 s at 472 frames.
-        tail = alignment_pad(x.ty.shape[2] + left + right + extra, LANES)
-        out = self.kernel.emit(self.builder_, x, w, left, right + extra + tail, dilation, tail)
-        self.rewritten += 1
-        return slice_last_axis(out, 0, length) if extra else out
-
-
-def PackedConvolutions(name: str, kernel: PackedKernel, select):  # noqa: N802 (TVM pass naming)
-    """The module pass `name`: every convertible float32 conv1d whose weight's parameter names `select` accepts,
-    through `kernel`."""
-    return rewriting_pass(name, lambda mod: PackedConvRewriter(mod, kernel, select))
-
-
-def ImportLLVMKernels(kernels: dict[str, str]):  # noqa: N802 (TVM pass naming)
-    """After scheduling: every PrimFunc whose name contains a key of `kernels` (FuseTIR keeps a kernel's name in
-    the fused function's, e.g. `bf16_conv1d`) carries that key's LLVM IR (`pragma_import_llvm`), once per
-    function, so its code generation links and inlines the steps it calls by name."""
-
-    @tvm.transform.module_pass(opt_level=0, name="ImportLLVMKernels")
-    def _pass(mod, _ctx):
-        for gvar, func in list(mod.functions_items()):
-            marks = [mark for mark in kernels if mark in gvar.name_hint]
-            if isinstance(func, tirx.PrimFunc) and marks:
-                ir = tvm.ir.StringImm("".join(kernels[mark] for mark in marks))
-                mod[gvar] = func.with_body(tirx.AttrStmt(0, "pragma_import_llvm", ir, func.body))
-        return mod
-
-    return _pass

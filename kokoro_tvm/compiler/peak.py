@@ -12,7 +12,7 @@ import tvm
 from tvm.script import tirx as T
 
 from kokoro_tvm.compiler import bf16, int8
-from kokoro_tvm.compiler.packed import ImportLLVMKernels
+from kokoro_tvm.compiler.passes.llvm_kernels import ImportLLVMKernels
 from kokoro_tvm.compiler.targets import host_target
 
 

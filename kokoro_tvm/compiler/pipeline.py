@@ -15,12 +15,12 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
              on the CPU each conv / matmul tile's epilogue lines prefetched as the tile starts
              (passes.EpiloguePrefetch, where the Contraction rule marked them); then tile buffers of
              symbolic-length functions compacted to a fixed size
-             (kokoro_tvm.compiler.symbolic.CompactSymbolicBuffers); on the CPU, float32 exp / tanh / sigmoid
+             (passes.CompactSymbolicBuffers); on the CPU, float32 exp / tanh / sigmoid
              written out as vector arithmetic with libm's bits (passes.LibmExactExp), and bf16 and int8
-             convolutions get the LLVM IR of their vdpbf16ps / vpdpbusd steps (packed.ImportLLVMKernels)
+             convolutions get the LLVM IR of their vdpbf16ps / vpdpbusd steps (passes.ImportLLVMKernels)
 5. lower     the backend's dataflow lowering
 6. finalize  the backend's memory planning and VM lowering; the VM's shape functions marked noalias
-             (kokoro_tvm.compiler.symbolic.RestrictShapeFunctions)
+             (passes.RestrictShapeFunctions)
 
 `dump_dir` (or the KOKORO_TVM_DUMP_IR variable) writes the module after each phase as TVMScript
 (`<NN>_<phase>.py`), for reading a build, never into a notebook.
@@ -33,7 +33,6 @@ import os
 import time
 from pathlib import Path
 
-from kokoro_tvm.compiler.symbolic import CompactSymbolicBuffers, RestrictShapeFunctions
 from kokoro_tvm.compiler.targets import GPU_KINDS, cpu_geometry
 from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, check_arithmetic
 
@@ -57,61 +56,79 @@ def _target(target):
     return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
 
 
+def _when(condition: bool, *passes) -> list:
+    return list(passes) if condition else []
+
+
+def _rewrites(gpu: bool, metal: bool) -> list:
+    """The rewrite phase: our Relax rewrites, the CPU / GPU differences inline."""
+    from kokoro_tvm.compiler import passes
+    from kokoro_tvm.compiler.passes.gpu_recurrence import UseGPURecurrence
+    from kokoro_tvm.compiler.passes.gpu_running_sum import UseGPURunningSum
+
+    return [
+        passes.PolyphaseConvTranspose(),
+        passes.AlignConvLengths(),
+        *_when(gpu, UseGPURecurrence),
+        # Snake's sines in float32 first, the rest (SineGen's) in float64 (GPUs have a native vector sin)
+        *_when(not gpu, passes.SnakeSine(), passes.VectorizableSine(), passes.IntegerPowers()),
+        # PyTorch's rounding of running sums; on CUDA in our serial kernel, at any length (TVM's scan: not)
+        *_when(gpu and not metal, UseGPURunningSum()),
+        *_when(not metal, passes.CumsumInFloat64()),
+        *_when(metal, passes.DemoteFloat64()),  # Metal has no float64
+    ]
+
+
 def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, list]]:
-    """[(phase, passes)] for `target` (a JSON dict or tvm.target.Target). For GPU targets `coverage` receives
-    how many functions each schedule rule took (kokoro_tvm.compiler.gpu_sources shows it)."""
+    """[(phase, passes)] for `target` (a JSON dict or tvm.target.Target): one list, the CPU / GPU differences
+    inline. For GPU targets `coverage` receives how many functions each schedule rule took
+    (kokoro_tvm.compiler.gpu_sources shows it)."""
     from tvm import relax
     from tvm.s_tir import dlight
 
     from kokoro_tvm.compiler import bf16, int8, passes
-    from kokoro_tvm.compiler.packed import ImportLLVMKernels
+    from kokoro_tvm.compiler.passes.compact_symbolic_buffers import (  # (deferred: the package loads TVM)
+        CompactSymbolicBuffers,
+    )
+    from kokoro_tvm.compiler.passes.count_hand_written import CountHandWritten
+    from kokoro_tvm.compiler.passes.llvm_kernels import ImportLLVMKernels
+    from kokoro_tvm.compiler.passes.restrict_shape_functions import (  # (deferred: the package loads TVM)
+        RestrictShapeFunctions,
+    )
+    from kokoro_tvm.compiler.schedule import cpu as cpu_rules
+    from kokoro_tvm.compiler.schedule import gpu as gpu_rules
 
     target = _target(target)
-    if target.kind.name in GPU_KINDS:
-        from kokoro_tvm.compiler.schedule import gpu as schedule
-
-        backend = relax.backend.gpu_generic.pipeline
-        rewrites = [passes.PolyphaseConvTranspose(), passes.AlignConvLengths(), schedule.UseGPURecurrence]
-        # PyTorch's rounding; any length (TVM's scan: not)
-        sums = [schedule.UseGPURunningSum(), passes.CumsumInFloat64()]
-        rewrites += [passes.DemoteFloat64()] if target.kind.name == "metal" else sums  # Metal: no float64
-        counts = {} if coverage is None else coverage
-        rules = schedule.rules(counts)
-        count = [schedule.count_hand_written(counts)]
-        scheduled, prefetch = [], []
-        schedule.import_tensor_intrinsics()
-    else:
-        from kokoro_tvm.compiler.schedule import cpu as schedule
-
-        backend = relax.backend.cpu_generic.pipeline
-        # Snake's sines in float32 first, the rest (SineGen's) in float64
-        sines = [passes.SnakeSine(), passes.VectorizableSine()]
-        rewrites = [
-            passes.PolyphaseConvTranspose(),
-            passes.AlignConvLengths(),
-            *sines,
-            passes.IntegerPowers(),
-            passes.CumsumInFloat64(),
-        ]
-        rules, count = schedule.rules(), []
-        prefetch = [passes.EpiloguePrefetch()]
-        scheduled = [
-            passes.LibmExactExp(),
-            ImportLLVMKernels({"bf16_conv1d": bf16.LLVM_KERNEL, "int8_conv1d": int8.LLVM_KERNEL}),
-        ]
-    legalize = [
-        relax.transform.LegalizeOps(),
-        relax.transform.AnnotateTIROpPattern(),
-        passes.FoldConstantCalls(),
-        relax.transform.FoldConstant(),  # the first folds as the second, only faster
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-    ]
+    gpu, metal = target.kind.name in GPU_KINDS, target.kind.name == "metal"
+    backend = (relax.backend.gpu_generic if gpu else relax.backend.cpu_generic).pipeline
+    counts = {} if coverage is None else coverage
+    if gpu:
+        gpu_rules.import_tensor_intrinsics()
+    llvm_kernels = {"bf16_conv1d": bf16.LLVM_KERNEL, "int8_conv1d": int8.LLVM_KERNEL}
     return [
-        ("rewrite", rewrites),
+        ("rewrite", _rewrites(gpu, metal)),
         ("dispatch", backend.library_dispatch_passes(target)),
-        ("legalize", legalize + count),
-        ("schedule", [dlight.ApplyDefaultSchedule(*rules), *prefetch, CompactSymbolicBuffers(), *scheduled]),
+        (
+            "legalize",
+            [
+                relax.transform.LegalizeOps(),
+                relax.transform.AnnotateTIROpPattern(),
+                passes.FoldConstantCalls(),
+                relax.transform.FoldConstant(),  # the first folds as the second, only faster
+                relax.transform.FuseOps(),
+                relax.transform.FuseTIR(),
+                *_when(gpu, CountHandWritten(counts)),
+            ],
+        ),
+        (
+            "schedule",
+            [
+                dlight.ApplyDefaultSchedule(*(gpu_rules.rules(counts) if gpu else cpu_rules.rules())),
+                *_when(not gpu, passes.EpiloguePrefetch()),
+                CompactSymbolicBuffers(),
+                *_when(not gpu, passes.LibmExactExp(), ImportLLVMKernels(llvm_kernels)),
+            ],
+        ),
         ("lower", backend.dataflow_lower_passes(target)),
         ("finalize", [*backend.finalize_passes(target), RestrictShapeFunctions()]),
     ]
@@ -155,9 +172,10 @@ def precision_passes(component: str, precision: str) -> list:
     Snake activations feeding them with a float32 sine."""
     if check_arithmetic(precision) == "full" or component not in BF16_CONVOLUTIONS:
         return []
-    from kokoro_tvm.compiler.bf16 import SNAKE_SINE_TERMS, Bf16Convolutions, selected_by_name
-    from kokoro_tvm.compiler.int8 import Int8Convolutions
+    from kokoro_tvm.compiler.bf16 import SNAKE_SINE_TERMS, selected_by_name
     from kokoro_tvm.compiler.passes import PolyphaseConvTranspose, SnakeSine
+    from kokoro_tvm.compiler.passes.bf16_convolutions import Bf16Convolutions
+    from kokoro_tvm.compiler.passes.int8_convolutions import Int8Convolutions
 
     prefixes = BF16_CONVOLUTIONS[component]
     # int8 first: what it rewrites is no longer a float32 conv that the bf16 rewrite would take

@@ -13,7 +13,7 @@ input after the user inputs: `tiles`, the shape `(k,)` (`add_tile_count`); a cal
 
 TVM's buffer compaction does not know that k >= 1, so it sized a conv tile's register accumulator
 `min(3840 * k + 32, 8)` instead of 8: a variable-size buffer that LLVM cannot keep in registers (the generator's
-last stage ran at 37 instead of 99 GFLOP/s). `CompactSymbolicBuffers` compacts the buffers of every PrimFunc
+last stage ran at 37 instead of 99 GFLOP/s). `passes.CompactSymbolicBuffers` compacts the buffers of every PrimFunc
 with a symbolic shape before TVM's lowering, without clipping to the buffer's extent (the schedule rules only
 tile loops they proved divisible, so no tile runs past the end).
 
@@ -21,7 +21,7 @@ A symbolic build also holds the VM's `shape_func` (shape arithmetic on a heap of
 without the `tirx.noalias` attribute. Compiled into the same LLVM module, it cost every kernel its alias
 information (TVM's LLVM code generation: a measured effect, not a documented one): the conv accumulators were
 stored to memory after every multiply-add and the inputs reloaded, half the static build's speed.
-`RestrictShapeFunctions` marks such a function noalias when it has a single buffer parameter (nothing it
+`passes.RestrictShapeFunctions` marks such a function noalias when it has a single buffer parameter (nothing it
 could alias).
 """
 
@@ -110,62 +110,3 @@ def add_tile_count(mod):
     mod = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
     mod["main"] = updated.with_attr("num_input", inputs + 1)
     return mod
-
-
-def CompactSymbolicBuffers():  # noqa: N802 (TVM pass naming)
-    """A module pass for the scheduled module: every PrimFunc whose buffers have a symbolic shape gets its
-    blocks lowered and its buffers compacted to the region each loop nest touches, not clipped by the
-    buffer's extent (`CompactBufferAllocation(is_strict=False)`), so tile buffers have a fixed size. PrimFuncs
-    with static shapes are left to TVM's lowering as before (their builds are unchanged)."""
-    import tvm
-    from tvm import s_tir, tirx
-
-    compact = tvm.transform.Sequential(
-        [
-            # first, as in TVM's own lowering: a GPU reduction across threads is found by its block, which the
-            # steps below make opaque (after them a CUDA build summed into shared memory from every thread at
-            # once, a race that gave the symbolic duration and text encoder wrong outputs on an H200)
-            s_tir.transform.LowerCrossThreadReduction(),
-            s_tir.transform.LowerInitBlock(),
-            s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-            s_tir.transform.ConvertBlocksToOpaque(),
-            s_tir.transform.CompactBufferAllocation(is_strict=False),
-        ]
-    )
-
-    def symbolic(func) -> bool:  # a size variable is passed as a scalar parameter beside the buffers
-        return any(isinstance(param.ty, tvm.ir.PrimType) for param in func.params)
-
-    @tvm.transform.module_pass(opt_level=0, name="CompactSymbolicBuffers")
-    def _pass(mod, _ctx):
-        updates = {}
-        for gv, func in mod.functions_items():
-            if isinstance(func, tirx.PrimFunc) and symbolic(func):
-                updates[gv] = compact(tvm.IRModule({gv: func}))[gv]
-        for gv, func in updates.items():
-            mod[gv] = func
-        return mod
-
-    return _pass
-
-
-def RestrictShapeFunctions():  # noqa: N802 (TVM pass naming)
-    """A module pass for the finished module: a PrimFunc with one buffer parameter and no `tirx.noalias`
-    attribute (the VM's shape_func) gets it, so that it does not spoil the alias information of the kernels
-    compiled beside it. Exact: a function with a single buffer has nothing to alias."""
-    import tvm
-    from tvm import tirx
-
-    @tvm.transform.module_pass(opt_level=0, name="RestrictShapeFunctions")
-    def _pass(mod, _ctx):
-        updates = {}
-        for gv, func in mod.functions_items():
-            if not isinstance(func, tirx.PrimFunc) or (func.attrs and "tirx.noalias" in func.attrs):
-                continue
-            if sum(not isinstance(param.ty, tvm.ir.PrimType) for param in func.params) <= 1:
-                updates[gv] = func.with_attr("tirx.noalias", True)
-        for gv, func in updates.items():
-            mod[gv] = func
-        return mod
-
-    return _pass

@@ -89,8 +89,9 @@ def conv_peak(
     import torch
 
     from kokoro_tvm.compiled import compile_and_load
-    from kokoro_tvm.compiler.bf16 import Bf16Convolutions, host_supports_bf16
+    from kokoro_tvm.compiler.bf16 import host_supports_bf16
     from kokoro_tvm.compiler.int8 import host_supports_int8
+    from kokoro_tvm.compiler.passes.bf16_convolutions import Bf16Convolutions
     from kokoro_tvm.compiler.passes.conv_layout import padded_rows
 
     set_threads(threads)

@@ -4,7 +4,7 @@ thread per hidden unit, a serial loop over time, h shared in threadgroup memory.
 Same contract as `kokoro_tvm.compiler.ops.lstm_tir.recurrence_kernel` (inputs, outputs, gate order, reverse
 direction starting at each sample's own last valid step, zeros past the length) and the same summation
 order (gates_x first, then k ascending), so it replaces that kernel one for one in a GPU build
-(`kokoro_tvm.compiler.schedule.gpu.UseGPURecurrence`).
+(`kokoro_tvm.compiler.passes.gpu_recurrence`).
 
 Each time step is three phases, each a loop over the threads: (1) every thread j computes its four gates
 (rows j, H+j, 2H+j, 3H+j: w_hh_t's rows are contiguous over j, so a warp's loads coalesce), its cell state

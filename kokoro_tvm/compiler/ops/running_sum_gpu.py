@@ -7,8 +7,8 @@ SineGen's phase, nine harmonics over the whole utterance, so nine threads each w
 
 TVM's GPU scan (what a GPU build's dispatch phase makes of `relax.cumsum`) works in log2(N) passes and divides
 by N: with a symbolic length its arithmetic analysis stops the build ("Find divide by zero"). This kernel has
-no such step, so the decoder's symbolic-length build gets past it (`kokoro_tvm.compiler.schedule.gpu.
-UseGPURunningSum` puts it in place of every cumsum it can take).
+no such step, so the decoder's symbolic-length build gets past it (`kokoro_tvm.compiler.passes.
+gpu_running_sum.UseGPURunningSum` puts it in place of every cumsum it can take).
 
 Written with the thread loops as a parameter, as `lstm_gpu`: `bind_threads=False` gives the same loops serial,
 which runs on the CPU and is how the tests check the arithmetic on a machine with no GPU.

@@ -1,6 +1,7 @@
-"""Relax-level rewrites for speed, one per file. Each computes the same values as the graph it replaces (in exact
-arithmetic: only the order of additions can change), and each is a plain Relax module pass that
-kokoro_tvm.compiler.pipeline runs in its rewrite phase.
+"""Every IR pass of the compiler (a test keeps it so), one pass or one family of passes per file. Each computes
+the same values as the graph it replaces (in exact arithmetic: only the order of additions can change, or, for
+the bf16 / int8 convolutions, the precision the build names), and kokoro_tvm.compiler.pipeline runs each in its
+phase: the Relax rewrites in the rewrite phase unless said otherwise.
 
 - conv_layout.py: `PolyphaseConvTranspose` (conv-transpose without the zero multiply-adds), `AlignConvLengths`
   (conv outputs in whole column tiles), `AlignConvRows` (in whole row tiles; run by the pipeline's
@@ -18,7 +19,17 @@ kokoro_tvm.compiler.pipeline runs in its rewrite phase.
 - libm_exp.py and prefetch.py, the TIR passes here (they run after scheduling, in the schedule phase):
   `LibmExactExp` (float32 exp / tanh / sigmoid as vector arithmetic that gives glibc's expf bit for bit) and
   `EpiloguePrefetch` (a conv or matmul tile's epilogue lines prefetched as the tile starts);
-- base.py: what they (and the packed bf16 / int8 conv rewrites) share.
+- packed_convolutions.py: `PackedConvolutions` (the rewrite the packed kernels share), with
+  bf16_convolutions.py `Bf16Convolutions` and int8_convolutions.py `Int8Convolutions` (the kernels themselves:
+  kokoro_tvm.compiler.bf16 / int8); llvm_kernels.py: `ImportLLVMKernels` (their LLVM IR steps, after scheduling);
+- compact_symbolic_buffers.py and restrict_shape_functions.py: `CompactSymbolicBuffers` (schedule phase) and
+  `RestrictShapeFunctions` (finalize phase), what symbolic-length builds need (kokoro_tvm.compiler.symbolic);
+- gpu_recurrence.py, gpu_running_sum.py, count_hand_written.py: `UseGPURecurrence`, `UseGPURunningSum` and
+  `CountHandWritten`, the GPU build's hand-written kernels put in place and counted;
+- base.py: what they share.
+
+Those below `base.py` in this list are imported by their module path (they import the kernels they emit, which
+import base.py: re-exported here they would make a cycle).
 """
 
 from kokoro_tvm.compiler.passes.constants import FoldConstantCalls

@@ -13,66 +13,15 @@ takes the place of TVM's GPU scan, which cannot be built for a symbolic length.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import linecache
-import math
 import sys
 
 import tvm
-from tvm import relax, s_tir, tirx
+from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 
-from kokoro_tvm.compiler.ops.lstm_gpu import gpu_recurrence_kernel, recurrence_shape
-from kokoro_tvm.compiler.ops.running_sum_gpu import gpu_running_sum_kernel
-from kokoro_tvm.compiler.passes.base import call_rewriting_pass, shape_of
 from kokoro_tvm.compiler.sizes import size_analyzer
-
-
-@tvm.transform.module_pass(opt_level=0, name="UseGPURecurrence")
-def UseGPURecurrence(mod: tvm.IRModule, _ctx) -> tvm.IRModule:  # noqa: N802 (TVM pass naming)
-    """Replace every CPU masked-LSTM recurrence kernel by the GPU kernel of the same shape."""
-    updates = {}
-    for gvar, func in mod.functions.items():
-        shape = recurrence_shape(func) if isinstance(func, tirx.PrimFunc) else None
-        if shape is not None:
-            updates[gvar] = gpu_recurrence_kernel(*shape)
-    if not updates:
-        return mod
-    mod = mod.clone()  # a pass leaves its input as it was
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
-
-
-def _running_sum(call: relax.Call, mutator, accumulator: str):
-    """`call` (a relax.cumsum) as a call of the serial GPU kernel, or `call` itself where the kernel does not
-    apply (no axis, an exclusive sum, a change of dtype, a symbolic size off the summed axis)."""
-    x, attrs = call.args[0], call.attrs
-    dtype, shape = str(x.ty.dtype), shape_of(x)
-    if attrs.axis is None or attrs.exclusive or str(attrs.dtype or dtype) != dtype or shape is None:
-        return call
-    if dtype not in ("float32", "float64"):
-        return call
-    axis = int(attrs.axis) % len(shape)
-    others = shape[:axis] + shape[axis + 1 :]
-    if not all(isinstance(size, int) for size in others):
-        return call
-    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1 :])
-    kernel = mutator.builder_.add_func(gpu_running_sum_kernel(outer, inner, dtype, accumulator), "running_sum_gpu")
-    columns = [outer, shape[axis], inner]
-    if len(shape) == 3 and axis == 1:  # already [outer, N, inner]: no reshape (each would be a copy kernel)
-        return relax.call_tir(kernel, [x], relax.TensorType(columns, dtype))
-    summed = relax.call_tir(kernel, [relax.op.reshape(x, columns)], relax.TensorType(columns, dtype))
-    return relax.op.reshape(summed, x.ty.shape)
-
-
-def UseGPURunningSum(accumulator: str = "float64"):  # noqa: N802 (TVM pass naming)
-    """Every running sum the serial GPU kernel can take, computed by it with an `accumulator` sum (float64:
-    PyTorch's CPU cumsum bit for bit, but for rare last-bit ties)."""
-    return call_rewriting_pass(
-        "UseGPURunningSum", "relax.cumsum", functools.partial(_running_sum, accumulator=accumulator), with_mutator=True
-    )
 
 
 def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
@@ -251,17 +200,6 @@ def rules(counts: dict[str, int] | None = None):
     ]
     guarded = [WithinSharedMemory(rule) for rule in chosen]
     return guarded if counts is None else [CountingRule(rule, counts) for rule in guarded]
-
-
-def count_hand_written(counts: dict[str, int]):
-    @tvm.transform.module_pass(opt_level=0, name="CountHandWritten")
-    def _pass(mod, _ctx):
-        found = sum(isinstance(f, tirx.PrimFunc) and recurrence_shape(f) is not None for f in mod.functions.values())
-        if found:
-            counts[HAND_WRITTEN] = counts.get(HAND_WRITTEN, 0) + found
-        return mod
-
-    return _pass
 
 
 def import_tensor_intrinsics() -> None:
