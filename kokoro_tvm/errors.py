@@ -41,3 +41,10 @@ def writing(path: str | Path):
         yield Path(path)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def writable_folder(path: str | Path) -> Path:
+    """`path` as a folder, made if missing; one OutputError naming it where it cannot be."""
+    with writing(path) as folder:
+        folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -37,7 +37,7 @@ def outputs_dir() -> Path:
 
 def notebook_output_dir(notebook: str) -> Path:
     """outputs/<notebook>/ for one notebook's executed copy, metrics.json, figures and WAVs ($KOKORO_TVM_RUN_DIR
-    instead when set: a sweep point's own folder, kokoro_tvm.scale.sweep)."""
+    instead when set: a sweep point's own folder, kokoro_tvm.commands.sweep)."""
     run_dir = os.environ.get(RUN_DIR_ENV)
     path = Path(run_dir).expanduser() if run_dir else outputs_dir() / Path(notebook).stem
     path.mkdir(parents=True, exist_ok=True)

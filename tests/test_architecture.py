@@ -2,6 +2,7 @@
 import only defers a heavy dependency, and the component registry is the one place that lists components. An AST
 scan of every module (imports inside functions count too). Unit tier, no imports run: well under a second."""
 
+import argparse
 import ast
 import json
 import re
@@ -13,7 +14,17 @@ from kokoro_tvm.components import NAMES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kokoro_tvm"
 NOTEBOOKS = PACKAGE.parent / "notebooks"
-BASE = {"config", "paths", "components", "artifacts", "errors", "_packages", "__init__"}  # below every stage
+BASE = {
+    "config",
+    "paths",
+    "components",
+    "artifacts",
+    "errors",
+    "marks",
+    "timing",
+    "_packages",
+    "__init__",
+}  # below every stage
 
 
 def _module_name(path: Path) -> str:
@@ -64,74 +75,43 @@ def _of(stage: str) -> list[str]:
     return sorted(m for m in MODULES if _stage(m) == stage)
 
 
-# stage -> the stages it may never import (directly or through another module)
+# The stages, bottom up (NOTES/architecture.md); a stage imports only stages below it, and not every one of them:
+# stage -> the stages it may never import (directly or through another module).
+ABOVE_TEXT = {
+    "compiler",
+    "runtime",
+    "compiled",
+    "peers",
+    "evaluation",
+    "synthesis",
+    "studies",
+    "report",
+    "scale",
+    "commands",
+    "cli",
+}
 FORBIDDEN = {
-    "base": {
-        "frontend",
-        "weights",
-        "reference",
-        "compiler",
-        "runtime",
-        "evaluation",
-        "tools",
-        "studies",
-        "report",
-        "compiled",
-        "synthesis",
-        "scale",
-        "cli",
-    },
-    "frontend": {
-        "compiler",
-        "runtime",
-        "evaluation",
-        "tools",
-        "studies",
-        "report",
-        "compiled",
-        "synthesis",
-        "scale",
-        "cli",
-    },
-    "weights": {
-        "compiler",
-        "runtime",
-        "evaluation",
-        "tools",
-        "studies",
-        "report",
-        "compiled",
-        "synthesis",
-        "scale",
-        "cli",
-    },
-    "reference": {
-        "compiler",
-        "runtime",
-        "evaluation",
-        "tools",
-        "studies",
-        "report",
-        "compiled",
-        "synthesis",
-        "scale",
-        "cli",
-    },
-    "compiler": {"runtime", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale", "cli"},
-    "runtime": {"compiler", "evaluation", "tools", "studies", "report", "compiled", "synthesis", "scale", "cli"},
-    "compiled": {"evaluation", "tools", "studies", "report", "synthesis", "scale", "cli"},
-    "evaluation": {"tools", "studies", "report", "synthesis", "scale", "cli"},
-    "synthesis": {"tools", "studies", "report", "scale", "cli"},
-    "tools": {"studies", "report", "scale", "cli"},  # the product commands (bench, gpu-check) use no study
-    "studies": {"report", "scale", "cli"},
-    "report": {"tools", "studies", "scale", "cli"},
-    "scale": {"cli"},  # Dask runs of the studies and notebooks
+    "base": {"frontend", "weights", "reference"} | ABOVE_TEXT,
+    "frontend": ABOVE_TEXT,
+    "weights": ABOVE_TEXT,
+    "reference": ABOVE_TEXT,
+    "compiler": ABOVE_TEXT - {"compiler"},
+    "runtime": ABOVE_TEXT - {"runtime"},  # the runtime runs without the compiler (and without torch)
+    "compiled": ABOVE_TEXT - {"compiler", "runtime", "compiled"},
+    "peers": {"evaluation", "synthesis", "studies", "report", "scale", "commands", "cli"},  # what bench runs against
+    "evaluation": {"synthesis", "studies", "report", "scale", "commands", "cli"},
+    "synthesis": {"studies", "report", "scale", "commands", "cli"},
+    "studies": {"report", "scale", "commands", "cli"},  # the experiments the notebooks tell
+    "report": {"studies", "scale", "commands", "cli"},
+    "scale": {"studies", "report", "commands", "cli"},  # the Dask cluster the commands run on
+    "commands": {"studies", "cli"},  # what users run: one module per command, no study
+    "cli": {"studies"},  # parses, then calls the command's module
 }
 
 
 def test_every_module_has_a_stage():
     stages = {_stage(m) for m in MODULES}
-    assert stages <= set(FORBIDDEN) | {"package", "cli"}, stages - set(FORBIDDEN)
+    assert stages <= set(FORBIDDEN) | {"package"}, stages - set(FORBIDDEN)
     assert len(MODULES) > 30  # the scan found the package
 
 
@@ -412,3 +392,48 @@ def test_every_pass_lives_in_compiler_passes():
         found for path in sorted((PACKAGE / "compiler" / "passes").glob("*.py")) for found in _passes_defined(path)
     ]
     assert len(inside) >= 15, inside
+
+
+def test_nothing_but_the_notebooks_and_the_studies_imports_a_study():
+    """The studies are the experiments behind the notebooks: no product code leans on one (directly or through
+    another module), so a study can change with its notebook's story."""
+    wrong = [
+        f"{module} -> {dep}"
+        for module in MODULES
+        if _stage(module) != "studies"
+        for dep in sorted(_closure(module))
+        if dep in MODULES and _stage(dep) == "studies"
+    ]
+    assert wrong == []
+    assert len(_of("studies")) >= 10  # the check reads the studies it guards
+
+
+def _subcommands() -> dict[str, object]:
+    from kokoro_tvm.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: p.get_default("func") for name, p in sub.choices.items()}
+
+
+def test_every_command_is_one_module_of_the_commands_package():
+    """What users run lives in one room: each `kokoro-tvm` subcommand calls `run(args)` of its own module of
+    kokoro_tvm.commands (the CLI only parses), named after it (`compile`: compile_builds, not a builtin's name)."""
+    import importlib
+
+    commands = _subcommands()
+    assert len(commands) >= 12, sorted(commands)
+    modules = {name: getattr(func, "command_module", None) for name, func in commands.items()}
+    expected = {name: f"kokoro_tvm.commands.{name.replace('-', '_')}" for name in commands}
+    expected["compile"] = "kokoro_tvm.commands.compile_builds"
+    assert modules == expected
+    assert all(callable(getattr(importlib.import_module(m), "run", None)) for m in modules.values())
+    # and nothing outside the package defines a command: the CLI modules hold parsers only
+    defined = [
+        f"{name}:{node.name}"
+        for name, path in MODULES.items()
+        if _stage(name) == "cli"
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.args.args and node.args.args[0].arg == "args"
+    ]
+    assert defined == []

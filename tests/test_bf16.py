@@ -290,7 +290,7 @@ def test_precision_and_peer_errors_are_one_line_before_any_work(args, expected, 
 
 def test_peer_lists():
     from kokoro_tvm.compiled import runs_here
-    from kokoro_tvm.tools.peers import PEERS, PeerError, parse_peers
+    from kokoro_tvm.peers.catalog import PEERS, PeerError, parse_peers
 
     assert parse_peers(None) == parse_peers("all")
     left_out = set(PEERS) - set(parse_peers("all"))

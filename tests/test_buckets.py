@@ -99,8 +99,14 @@ def test_geometric_sets_are_aligned_and_grow_by_about_the_ratio(ratio):
 
 
 def test_every_candidate_is_valid_and_covers_albert():
-    for buckets in CANDIDATES.values():
-        assert buckets.tokens[-1] == MAX_POSITIONS
+    """Each candidate set's buckets rise strictly, each a whole number of length tiles (so a symbolic schedule's
+    proofs hold for it too), and the last token bucket is ALBERT's limit: every utterance fits a bucket."""
+    for name, buckets in CANDIDATES.items():
+        for axis in (buckets.tokens, buckets.frames):
+            assert list(axis) == sorted(set(axis)) and axis[0] > 0, name
+            assert all(n % LENGTH_TILE == 0 for n in axis), name
+        assert buckets.tokens[-1] == MAX_POSITIONS, name
+        assert all(0 < n <= MAX_POSITIONS for n in buckets.tokens), name
 
 
 def _linear_flops():

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+from kokoro_tvm.commands.gpu_bundle import TOLERANCE_REL_L2, pack_params, transfer_parts
 from kokoro_tvm.runtime import bundle_device, bundle_runner
-from kokoro_tvm.tools.gpu_bundle import TOLERANCE_REL_L2, pack_params, transfer_parts
 
 
 def _tiny_library(path, scale=1.0):
@@ -223,7 +223,7 @@ def test_cuda_libraries_are_compiled_by_nvcc_for_the_device_as_they_load():
 def test_a_runtime_kit_for_another_python_carries_that_pythons_tvm_ffi(tmp_path):
     """A GPU machine may run another Python (3.12 on the lent H100s): tvm_ffi's CPython extension must be that
     Python's (its wheel of the same version, from the package index); tvm itself is pure Python."""
-    from kokoro_tvm.tools.gpu_bundle import runtime_kit
+    from kokoro_tvm.commands.runtime_kit import runtime_kit
 
     other = "3.12" if sys.version_info[:2] != (3, 12) else "3.11"
     runtime_kit(tmp_path / "kit", python=other)
@@ -237,7 +237,7 @@ def test_a_runtime_kit_for_another_python_carries_that_pythons_tvm_ffi(tmp_path)
 def test_recorded_runs_prefer_this_machines_report_to_the_committed_one(tmp_path):
     """Notebook 06 shows each device's report: a run here (outputs/gpu_check/) over the one committed from the
     machine that had the device (NOTES/gpu_check/), each with the file it came from."""
-    from kokoro_tvm.tools.gpu_check import RECORDED_DIR, recorded_runs
+    from kokoro_tvm.commands.gpu_check import RECORDED_DIR, recorded_runs
 
     here, committed = tmp_path / "outputs", tmp_path / "committed"
     here.mkdir(), committed.mkdir()
@@ -246,10 +246,13 @@ def test_recorded_runs_prefer_this_machines_report_to_the_committed_one(tmp_path
     (here / "cuda.json").write_text(json.dumps({"device": "cuda", "device_name": "here"}))
     runs = {r["device"]: r for r in recorded_runs(here, committed)}
     assert runs["cuda"]["device_name"] == "here" and runs["cuda"]["source"] == str(here / "cuda.json")
-    assert runs["metal"]["device_name"] == "recorded"
-    # the repository's own record: the CUDA run on the lent H200
+    assert runs["metal"]["device_name"] == "recorded" and runs["metal"]["source"] == str(committed / "metal.json")
+    assert sorted(runs) == ["cuda", "metal"]  # one report per device, whichever folder it came from
+    # without a report here, each committed one is shown with its path relative to the repository
     shipped = {r["device"]: r for r in recorded_runs(tmp_path / "empty", RECORDED_DIR)}
-    assert shipped["cuda"]["source"] == "NOTES/gpu_check/cuda.json" and shipped["cuda"]["utterances"]
+    assert {r["source"] for r in shipped.values()} == {
+        f"NOTES/gpu_check/{path.name}" for path in RECORDED_DIR.glob("*.json")
+    }
 
 
 def test_a_bundle_travels_as_an_xz_archive_in_parts_and_unpacks_with_its_own_command(tmp_path, tiny_library):
@@ -259,7 +262,7 @@ def test_a_bundle_travels_as_an_xz_archive_in_parts_and_unpacks_with_its_own_com
     import hashlib
     import subprocess
 
-    from kokoro_tvm.tools.bundle_transfer import ARCHIVE, archive
+    from kokoro_tvm.commands.bundle_transfer import ARCHIVE, archive
 
     folder = _bundle(tmp_path / "b", tiny_library)
     rng = np.random.default_rng(3)
@@ -286,8 +289,8 @@ def test_a_bundle_travels_as_an_xz_archive_in_parts_and_unpacks_with_its_own_com
 
 
 def test_a_kit_for_a_python_without_a_wheel_is_one_clear_error(tmp_path):
+    from kokoro_tvm.commands.runtime_kit import runtime_kit
     from kokoro_tvm.errors import ResourceError
-    from kokoro_tvm.tools.gpu_bundle import runtime_kit
 
     with pytest.raises(ResourceError, match=r"no apache-tvm-ffi==\S+ wheel for Python 3\.4 on Linux x86-64"):
         runtime_kit(tmp_path / "kit", python="3.4")

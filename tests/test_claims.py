@@ -1,6 +1,7 @@
 """Findings (kokoro_tvm.report.claims) and how the shared report shows them: unit tier, no notebook run."""
 
 import json
+from html.parser import HTMLParser
 
 import pytest
 
@@ -40,8 +41,9 @@ def test_a_claim_that_cannot_be_checked_is_refused(kwargs, message):
 def test_findings_say_which_do_not_hold():
     snr = claims.claim("snr", 240.0, ">=", 100, note="masking.md")
     text = claims.findings_markdown([snr, claims.claim("pesq", 4.1, ">=", 4.4, note="masking.md")])
-    assert "| snr | 240 | >= 100 | **pass** |" in text and "**FAIL**" in text
-    assert "1 of 2 findings do not hold: pesq" in text
+    assert "| snr | 240 | >= 100 | **pass** |" in text and "| pesq | 4.1 | >= 4.4 | **FAIL** |" in text
+    ending = claims.conclusion([snr, claims.claim("pesq", 4.1, ">=", 4.4, note="masking.md")], "Held.", "Failed.")
+    assert ending.startswith("**1 of 2 findings do not hold: pesq**") and ending.endswith(" Failed.")
     with pytest.raises(claims.ClaimError):
         claims.findings_markdown([])
 
@@ -60,19 +62,62 @@ def _notebook(root, name, findings, metrics=None):
     (folder / "metrics.json").write_text(json.dumps(record))
 
 
+class _Page(HTMLParser):
+    """The report as the tests read it: each table with the headings it sits under and its rows of cell texts
+    (links kept as `text -> href`), and the summaries of folded details."""
+
+    def __init__(self, page: str):
+        super().__init__()
+        self.tables, self.summaries, self.headings, self._open = [], [], [], []
+        self._text, self._href, self._in = "", None, []
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self._in.append(tag)
+        if tag == "table":
+            self.tables.append({"class": attrs.get("class"), "under": list(self.headings), "rows": []})
+        elif tag == "tr":
+            self.tables[-1]["rows"].append([])
+        elif tag in ("td", "th", "h2", "h3", "summary"):
+            self._text = ""
+        elif tag == "a":
+            self._href = attrs.get("href")
+
+    def handle_endtag(self, tag):
+        self._in.pop()
+        if tag in ("td", "th"):
+            self.tables[-1]["rows"][-1].append(self._text.strip())
+        elif tag in ("h2", "h3"):
+            self.headings.append(self._text.strip())
+        elif tag == "summary":
+            self.summaries.append(self._text.strip())
+        elif tag == "a" and self._href:
+            self._text += f" -> {self._href}"
+            self._href = None
+
+    def handle_data(self, data):
+        self._text += data
+
+    def findings(self) -> list[dict]:
+        return [t for t in self.tables if t["class"] == "findings"]
+
+
 def test_the_report_opens_with_the_headline_findings_and_each_section_with_its_own(tmp_path):
     _notebook(tmp_path, "01_a", [claims.claim("snr (dB)", 240.0, ">=", 100, note="masking.md", headline=True)])
     speed = claims.claim("speed", 1.5, ">=", 1.2, note="performance.md", full_run=True, fast=True)
     pesq = claims.claim("pesq", 4.1, ">=", 4.4, note="masking.md")
     _notebook(tmp_path, "02_b", [pesq, speed], metrics={f"m{i}": i for i in range(12)})
-    page = render_html(build_summary(tmp_path, weights={"source": "embedded", "fingerprint": "f00"}))
-    headline = page[page.index("id='headline'") : page.index("<h2>Run</h2>")]
-    assert "snr (dB)" in headline and 'href="#01_a"' in headline and "pesq" not in headline
-    assert page.count("class='findings'") == 3  # the headline table and one per section
-    assert "Findings: 2 findings, 1 failed" in page and "class='fail'>FAIL" in page
-    assert "not assessed (full run only)" in page
-    assert "<details><summary>Key metrics (12)</summary>" in page  # a long list is folded
-    assert "<th>weights fingerprint</th><td>f00</td>" in page and "{" not in page.split("<ul>")[0].split("Run")[1]
+    page = _Page(render_html(build_summary(tmp_path, weights={"source": "embedded", "fingerprint": "f00"})))
+    headline, first, second = page.findings()  # the headline table and one per section, in that order
+    assert headline["under"] == ["Headline findings"]  # before the run's table, and only the headline claims
+    assert headline["rows"][1:] == [["snr (dB)", "240", ">= 100", "pass", "01_a -> #01_a"]]
+    assert first["under"][-2:] == ["01_a", "Findings: 1 findings, 0 failed"]
+    assert second["under"][-2:] == ["02_b", "Findings: 2 findings, 1 failed"]
+    assert [row[3] for row in second["rows"][1:]] == ["FAIL", "not assessed (full run only)"]
+    assert "Key metrics (12)" in page.summaries  # a long list is folded
+    run = next(t for t in page.tables if t["rows"][0] == ["run", "value"])
+    assert ["weights fingerprint", "f00"] in run["rows"] and not any("{" in cell for row in run["rows"] for cell in row)
 
 
 def test_a_claim_this_machine_cannot_assess_is_never_a_pass():
@@ -82,11 +127,16 @@ def test_a_claim_this_machine_cannot_assess_is_never_a_pass():
     )
     held = claims.claim("worst PESQ-WB", 4.5, ">=", 4.3, note="metal.md", headline=True)
     assert absent.passed is None and claims.status(absent.as_dict()) == "not assessed (nvcc is not installed here)"
-    text = claims.conclusion([absent, held])
-    assert text.startswith("All 1 assessed findings hold.") and "worst PESQ-WB 4.5 (>= 4.3)" in text
-    assert "1 of 2 could not be assessed in this run (nvcc is not installed here)" in text
-    failing = claims.conclusion([claims.claim("worst PESQ-WB", 4.1, ">=", 4.3, note="metal.md"), absent])
-    assert failing.startswith("**1 of 2 findings do not hold: worst PESQ-WB.**")
+    text = claims.conclusion([absent, held], "So it holds.", "So it fails.")
+    assert text == (
+        "All 1 assessed findings hold (1 more not assessed in this run: nvcc is not installed here). "
+        "Headline: worst PESQ-WB 4.5 (>= 4.3). So it holds."
+    )
+    failing = claims.conclusion(
+        [claims.claim("worst PESQ-WB", 4.1, ">=", 4.3, note="metal.md"), absent], "So it holds.", "So it fails."
+    )
+    assert failing.startswith("**1 of 2 findings do not hold: worst PESQ-WB** (1 more not assessed")
+    assert failing.endswith("So it fails.") and "Headline" not in failing  # a failed headline is not a headline
 
 
 def test_checker_fixes_defaults_that_a_call_may_override():

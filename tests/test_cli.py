@@ -101,19 +101,19 @@ def test_unwritable_output_is_one_line(capsys, tmp_path):
 
 def test_a_bug_is_not_reported_as_a_user_error(monkeypatch):
     """Only the project's own errors become one line; a ValueError from a bug keeps its traceback."""
-    from kokoro_tvm.cli import speech
+    from kokoro_tvm.commands import say
 
     def broken(*args, **kwargs):
         raise ValueError("an internal bug")
 
-    monkeypatch.setattr(speech, "synthesize", broken)
+    monkeypatch.setattr(say, "synthesize", broken)
     with pytest.raises(ValueError, match="an internal bug"):
         main(["say", "Hi.", "-o", "x.wav"])
 
 
 def test_every_error_class_of_the_project_is_one_the_cli_reports():
-    """An exception class defined in kokoro_tvm (bar the standalone bundle runner, which imports nothing from
-    it) that is not a KokoroTVMError would reach the user as a traceback."""
+    """An exception class defined in kokoro_tvm (bar the standalone bundle runner and its device half, which
+    import nothing from it) that is not a KokoroTVMError would reach the user as a traceback."""
     import importlib
     import inspect
     import pkgutil
@@ -123,7 +123,7 @@ def test_every_error_class_of_the_project_is_one_the_cli_reports():
 
     defined = []
     for module in pkgutil.walk_packages(kokoro_tvm.__path__, "kokoro_tvm."):
-        if module.name.endswith(("bundle_runner", "__main__")):
+        if module.name.endswith(("bundle_runner", "bundle_device", "__main__")):
             continue
         found = importlib.import_module(module.name)
         defined += [
@@ -141,15 +141,14 @@ def test_every_error_class_of_the_project_is_one_the_cli_reports():
         (["--conv-rates", "decoder:64", "--precision", "fp32"], "an fp32 build's time by kernel group"),
         (["--conv-rates", "decoder:64", "--precision", "int8,bf16"], "times one build's packed bf16 or int8"),
         (["--kernel-split", "decoder:64", "--precision", "fp33"], "precision must be one of"),
+        (["--kernel-split", "vocoder:64"], "expected COMPONENT:LENGTH with a component of"),
+        (["--conv-rates", "decoder:long"], "expected COMPONENT:LENGTH"),
     ],
 )
-def test_kernel_study_refuses_what_it_cannot_time_in_one_line(argv, message, capsys):
-    """The kernel study (`python -m kokoro_tvm.studies.benchmark`) checks its precisions before loading weights
-    or building: an fp32 build has no packed convs to rate (it compiled the AVX-512 peak loops and LLVM aborted
-    the process on an AVX2 CPU), and an unknown name is one line, not a traceback from the build."""
-    from kokoro_tvm.studies import benchmark
-
-    with pytest.raises(SystemExit) as exit_:
-        benchmark.main(argv)
+def test_bench_on_kernels_refuses_what_it_cannot_time_in_one_line(argv, message, capsys):
+    """`kokoro-tvm bench --conv-rates / --kernel-split` checks its precisions and its component before loading
+    weights or building: an fp32 build has no packed convs to rate (it compiled the AVX-512 peak loops and LLVM
+    aborted the process on an AVX2 CPU), and an unknown name is one line, not a traceback from the build."""
+    assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and message in err and "Traceback" not in err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

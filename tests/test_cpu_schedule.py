@@ -650,7 +650,7 @@ def test_a_conv_tile_prefetches_the_rows_its_epilogue_reads_and_writes():
 
 def _conv_scheduled(x, w, rows, target):
     """The AVX2-scheduled script of one conv of x by w, keeping its first `rows` channels."""
-    from kokoro_tvm.studies.benchmark import _fp32_conv_module
+    from kokoro_tvm.commands.bench_kernels import _fp32_conv_module
 
     target = tvm.target.Target(target)
     with target:

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from kokoro_tvm import marks
+from kokoro_tvm.commands.compare import compare_text
 from kokoro_tvm.components import FRAMES, LENGTH_TILE, NAMES, SYMBOLIC_MAX_LENGTH, component
 from kokoro_tvm.config import SAMPLES_PER_FRAME
 from kokoro_tvm.evaluation.metrics import pesq_wb, stoi
-from kokoro_tvm.evaluation.parity import compare_text
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.runtime.buckets import round_up
 from kokoro_tvm.synthesis import synthesize
@@ -46,7 +47,7 @@ def test_float32_dynamic_matches_stage_by_stage_and_perceptually(text):
     assert record["durations_equal"]
     worst = {s: record["stages"][s] for s in FP32_STAGES if record["stages"][s] > FP32_STAGE_BOUND}
     assert not worst, worst
-    assert record["audio_pesq_wb"] >= 4.4 and record["audio_stoi"] >= 0.99
+    assert record["audio_pesq_wb"] >= marks.FP32_PESQ_WB and record["audio_stoi"] >= marks.FP32_STOI
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def test_long_text_runs_in_the_symbolic_builds_with_nothing_lost(long_speech):
         np.testing.assert_array_equal(ours, theirs)
     frames = sum(int(d.sum()) for d in tvm.durations)
     assert tvm.audio.shape == torch_.audio.shape == (frames * SAMPLES_PER_FRAME,)
-    assert pesq_wb(torch_.audio, tvm.audio) >= 4.4 and stoi(torch_.audio, tvm.audio) >= 0.99
+    assert pesq_wb(torch_.audio, tvm.audio) >= marks.FP32_PESQ_WB and stoi(torch_.audio, tvm.audio) >= marks.FP32_STOI
     join = int(tvm.durations[0].sum()) * SAMPLES_PER_FRAME
     steps = np.abs(np.diff(tvm.audio))
     # a click is a step at the join larger than the waveform's own large steps (its 99.9th percentile)
@@ -111,7 +112,7 @@ def test_an_utterance_past_the_symbolic_bound_is_refused_in_one_line(capsys, tmp
 )
 def test_float64_dynamic_is_exact(text, speed):
     record = compare_text(text, precision="fp64", buckets="dynamic", speed=speed)
-    assert record["durations_equal"] and record["audio_snr_db"] >= 100
+    assert record["durations_equal"] and record["audio_snr_db"] >= marks.FP64_SNR_DB
     assert max(record["stages"].values()) < 1e-9
 
 
@@ -122,4 +123,4 @@ def test_float64_dynamic_is_exact_at_its_longest_length():
     record = compare_text(load_sentences()[225], precision="fp64", buckets="dynamic", speed=0.1389)
     bound = SYMBOLIC_MAX_LENGTH[FRAMES]
     assert bound - TILE < record["frames"] <= bound and record["shapes"]["frames"] == bound
-    assert record["durations_equal"] and record["audio_snr_db"] >= 100
+    assert record["durations_equal"] and record["audio_snr_db"] >= marks.FP64_SNR_DB

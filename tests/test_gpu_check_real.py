@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
+from kokoro_tvm import marks
+from kokoro_tvm.commands import gpu_bundle, gpu_check
 from kokoro_tvm.components import LENGTH_TILE
-from kokoro_tvm.tools import gpu_bundle, gpu_check
 
 pytestmark = pytest.mark.real
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.real
 # difference at all means the runner passed inputs, parameters or tile counts differently. 1e-6 leaves room
 # only for a reduction that a thread pool of another size might split differently.
 SAME_BUILD_REL_L2 = 1e-6
-PESQ_MIN, STOI_MIN = 4.4, 0.99  # the fp32 bars of the audio comparison (NOTES/audio_comparison.md)
+PESQ_MIN, STOI_MIN = marks.FP32_PESQ_WB, marks.FP32_STOI  # the fp32 bars of the audio comparison
 # Our fp32 decoder against PyTorch's on the very same inputs ("Hello world."): 5.6e-6 measured, since SineGen's
 # phase is rounded as PyTorch rounds it (2.8e-3 before). 1e-4 is the device check's own per-stage bar.
 SAME_INPUTS_REL_L2 = 1e-4

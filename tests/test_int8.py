@@ -12,10 +12,10 @@ import tvm
 from kernel_asm import code_target, executable_asm, hot_loop
 from tvm import relax
 
+from kokoro_tvm.commands.bench_kernels import _int8_conv_module
 from kokoro_tvm.compiler import int8
 from kokoro_tvm.compiler.passes.int8_convolutions import Int8Convolutions
 from kokoro_tvm.compiler.targets import cpu_geometry, host_target
-from kokoro_tvm.studies.benchmark import _int8_conv_module
 
 needs_vnni = pytest.mark.skipif(not int8.host_supports_int8(), reason="this CPU has no AVX512_VNNI")
 CODE_TARGET = code_target(int8.host_supports_int8())  # where the tests that only read the kernel's code build it
@@ -23,7 +23,7 @@ needs_code = pytest.mark.skipif(CODE_TARGET is None, reason="no x86-64 code to r
 
 
 def _int8_conv(channels: int, taps: int, dilation: int, steps: int, target):
-    """The int8 kernel's conv over packed operands (studies.benchmark's module), compiled for target."""
+    """The int8 kernel's conv over packed operands (commands.bench_kernels's module), compiled for target."""
     from kokoro_tvm.compiler.pipeline import compile_relax
 
     return compile_relax(_int8_conv_module(channels, taps, dilation, steps), target)
@@ -275,7 +275,7 @@ def test_int8_on_a_cpu_without_vnni_is_refused_before_any_work(capsys, tmp_path,
     assert not (tmp_path / "cache" / "artifacts").exists()
 
 
-# --- the instruction's own rate (kokoro_tvm.compiler.peak, studies.benchmark.instruction_peak) -----------------
+# --- the instruction's own rate (kokoro_tvm.compiler.peak, commands.bench_kernels.instruction_peak) -----------------
 
 
 @needs_vnni
@@ -300,7 +300,7 @@ def test_the_peak_loop_is_the_step_on_registers_and_computes_it():
 
 
 def test_a_packed_convs_multiply_adds_are_read_from_its_arguments():
-    from kokoro_tvm.studies.benchmark import _packed_operands
+    from kokoro_tvm.commands.bench_kernels import _packed_operands
 
     x8 = tvm.runtime.tensor(np.zeros((1, 8, 120, 4), "uint8"))
     w8 = tvm.runtime.tensor(np.zeros((48, 8, 7, 4), "int8"))

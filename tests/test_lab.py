@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
+from kokoro_tvm.commands.lab import lab_command
 from kokoro_tvm.paths import REPO_ROOT
-from kokoro_tvm.report.lab import lab_command
 
 pytestmark = pytest.mark.notebooks
 

@@ -6,18 +6,79 @@ import json
 
 import pytest
 
-from kokoro_tvm.report.notebook_runner import PipelineError, declared_parameters, notebooks, run
+from kokoro_tvm.report.notebook_runner import (
+    FAST_PARAMETERS,
+    PipelineError,
+    declared_parameters,
+    injected,
+    notebooks,
+    run,
+)
 
 NOTEBOOKS = notebooks()
 # The FAST pipeline (every notebook, in the first notebook test's set-up) took 576-652 s in fresh-clone runs on a
 # 2-core Zen 2: three times that before it counts as hung (pyproject.toml's 600 s is for any other test)
 PIPELINE_TIMEOUT_S = 1800
 MAX_CELL_LINES = 15
+# the parameters cell lists one literal a line, each with what it means: it may run longer than a code cell
+MAX_PARAMETER_LINES = 20
 MAX_LINE_CHARS = 120  # the package's own line length (ruff): a cell reads in a shared notebook without scrolling
 
 
-def test_there_are_notebooks():
-    assert [p.stem[:2] for p in NOTEBOOKS][:2] == ["01", "02"]
+def test_the_notebooks_are_numbered_in_order_without_gaps():
+    """The pipeline runs them in this order; a gap or a stray file would drop or reorder a chapter of the story."""
+    assert [p.stem[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, len(NOTEBOOKS) + 1)]
+    assert len(NOTEBOOKS) >= 8 and all(p.stem[3:].replace("_", "").isalpha() for p in NOTEBOOKS)
+
+
+def _assigned(tree: ast.AST) -> set[str]:
+    """Every name a cell binds: assignments (tuple targets too), augmented and annotated ones, loop targets."""
+    targets = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets += node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension)):
+            targets.append(node.target)
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_parameters_cell_is_what_ran(path):
+    """No cell rewrites a parameter (the FAST tier is parameters the runner passes in: FAST_PARAMETERS), and no cell
+    rebinds an imported name (re-running a cell in JupyterLab would then fail): the parameters cell plus what was
+    injected is exactly what ran, and the notebook re-runs top to bottom."""
+    code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    declared, imported = set(declared_parameters(path)), _imported(ast.parse("".join(code[0]["source"])))
+    assert imported, "the first code cell holds the imports"
+    rebound = {name for cell in code[2:] for name in _assigned(ast.parse("".join(cell["source"])))}
+    assert rebound & declared == set(), "a cell rewrites a parameter"
+    assert rebound & imported == set(), "a cell rebinds an imported name"
+    closing = "".join(code[-1]["source"])
+    assert "claims.conclusion(" in closing and "conclusion=conclusion" in closing, "the closing cell concludes"
+
+
+def test_the_fast_tier_names_only_parameters_its_notebooks_declare():
+    """`pipeline --fast` passes each notebook its FAST set: every name there is one its parameters cell declares,
+    with a value of another type only where the declared default is None."""
+    assert set(FAST_PARAMETERS) <= {p.stem for p in NOTEBOOKS}
+    for path in NOTEBOOKS:
+        declared = declared_parameters(path)
+        given = injected(path, fast=True)
+        assert given["FAST"] is True and set(given) <= set(declared)
+        wrong = [
+            k
+            for k, v in given.items()
+            if declared[k] is not None and v is not None and type(v) is not type(declared[k])
+        ]
+        assert wrong == [], (path.stem, wrong)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -31,7 +92,8 @@ def test_notebook_structure(path):
     assert tagged == 1, "the parameters cell comes right after the imports"
     for cell in code:
         source = "".join(cell["source"])
-        assert len(source.splitlines()) <= MAX_CELL_LINES, source[:200]
+        limit = MAX_PARAMETER_LINES if "parameters" in cell["metadata"].get("tags", []) else MAX_CELL_LINES
+        assert len(source.splitlines()) <= limit, source[:200]
         tree = ast.parse(source)
         assert not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in ast.walk(tree)), "no def/class in cells"
         assert "print(" not in source and "!pip" not in source

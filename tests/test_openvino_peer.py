@@ -1,4 +1,4 @@
-"""The OpenVINO peer (kokoro_tvm.tools.openvino_peer) and bench's quality columns (kokoro_tvm.tools.quality)."""
+"""The OpenVINO peer (kokoro_tvm.peers.openvino) and bench's quality columns (kokoro_tvm.evaluation.quality)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_polynomial_sine_matches_sin(scale):
     slope (<= 1) carries into the result; we bar a quarter of that plus float32 rounding of the result."""
     import openvino as ov
 
-    from kokoro_tvm.tools.openvino_peer import polynomial_sine
+    from kokoro_tvm.peers.openvino import polynomial_sine
 
     model = _sine_model()
     assert polynomial_sine(model) == 1
@@ -35,7 +35,7 @@ def test_polynomial_sine_matches_sin(scale):
 
 def test_exact_length_lstms_is_undone_even_on_error():
     from kokoro_tvm.compiler import export
-    from kokoro_tvm.tools.openvino_peer import exact_length_lstms
+    from kokoro_tvm.peers.openvino import exact_length_lstms
 
     masked = export.masked_lstm
     with pytest.raises(RuntimeError), exact_length_lstms():
@@ -46,7 +46,7 @@ def test_exact_length_lstms_is_undone_even_on_error():
 
 def test_bad_settings_are_one_error_before_any_work():
     from kokoro_tvm.errors import InputError
-    from kokoro_tvm.tools.openvino_peer import OpenVinoKokoro
+    from kokoro_tvm.peers.openvino import OpenVinoKokoro
 
     for precision, sine in (("int8", "polynomial"), ("f32", "taylor")):
         with pytest.raises(InputError, match="OpenVINO precision"):
@@ -62,7 +62,7 @@ def _record(peers: dict, tvm: dict, quality: dict) -> dict:
 
 
 def test_lead_counts_own_noise_peers_and_bars_same_noise_ones():
-    from kokoro_tvm.tools.quality import lead_over_peers
+    from kokoro_tvm.evaluation.quality import lead_over_peers
 
     quality = {
         "openvino_bf16": {"same_noise": True, "pesq_wb": 4.1},  # fastest, but below the bar with our noise
@@ -83,12 +83,12 @@ def test_lead_counts_own_noise_peers_and_bars_same_noise_ones():
 def test_openvino_f32_speaks_like_pytorch(kmodel, default_voice):
     """OpenVINO f32 on "Hello world." against pt.dynamic fp32 with the same (zero) noise: the same durations and
     audio as close as TVM fp32's (PESQ-WB 4.63 for both here; 4.5 leaves room for float32 reordering)."""
+    from kokoro_tvm.evaluation.quality import audio_quality
     from kokoro_tvm.frontend.text import one_chunk
+    from kokoro_tvm.peers.openvino import PARTS, OpenVinoKokoro
     from kokoro_tvm.reference.noise import ZeroNoise
     from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.runtime.devices import cpu_share
-    from kokoro_tvm.tools.openvino_peer import PARTS, OpenVinoKokoro
-    from kokoro_tvm.tools.quality import audio_quality
 
     model, _info = kmodel
     chunk = one_chunk("Hello world.", "a", "test")

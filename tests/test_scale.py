@@ -101,8 +101,8 @@ def test_the_report_reads_a_notebooks_results_table(tmp_path, caplog):
 def test_a_scheduler_that_is_no_address_is_one_line():
     """`--scheduler` (notebook 07's SCHEDULER) is an address, 'local' or 'in-process'; anything else is one line, at
     once, and a sweep cannot run in process."""
+    from kokoro_tvm.commands.sweep import sweep
     from kokoro_tvm.scale.cluster import ClusterError, dask_client
-    from kokoro_tvm.scale.sweep import sweep
 
     with pytest.raises(ClusterError, match="'lcoal' is not a Dask scheduler's address .*'local' or 'in-process'"):
         with dask_client("lcoal"):
@@ -112,11 +112,11 @@ def test_a_scheduler_that_is_no_address_is_one_line():
 
 
 def test_grid_is_the_product_of_declared_parameters():
-    from kokoro_tvm.scale.sweep import grid, point_name
+    from kokoro_tvm.commands.sweep import grid, point_name
 
     declared = {"FAST": False, "SEED": 0, "VALID_STEPS": 32}
-    points = grid([("SEED", "0,1"), ("VALID_STEPS", "16, 32")], declared, fast=True)
-    assert points == [{"SEED": a, "VALID_STEPS": b, "FAST": True} for a in (0, 1) for b in (16, 32)]
+    points = grid([("SEED", "0,1"), ("VALID_STEPS", "16, 32")], declared)
+    assert points == [{"SEED": a, "VALID_STEPS": b} for a in (0, 1) for b in (16, 32)]
     assert point_name({"TEXT": "a b/c", "SEED": 1}) == "TEXT=a_b_c__SEED=1"
     assert len({point_name(p) for p in points}) == 4
     for bad in ([("SEEDS", "0,1")], [("SEED", "0"), ("SEED", "1")], [("SEED", ",")]):
@@ -125,7 +125,7 @@ def test_grid_is_the_product_of_declared_parameters():
 
 
 def test_sentences_and_tasks_are_checked_before_any_work(tmp_path):
-    from kokoro_tvm.scale.evaluate import plan_tasks, read_sentences
+    from kokoro_tvm.commands.evaluate import plan_tasks, read_sentences
 
     with pytest.raises(InputError, match="cannot read"):
         read_sentences(str(tmp_path / "missing.txt"))
@@ -269,9 +269,9 @@ def test_a_killed_worker_loses_nothing(tmp_path):
     """A real `dask scheduler` and two `dask worker` processes; one worker is killed by its pid while tasks run.
     Every task's rows arrive once and equal a serial in-process run's (one compute thread on both sides, so the
     arithmetic is the same); a rerun into the same folder runs nothing."""
+    from kokoro_tvm.commands.evaluate import evaluate, task_audio
     from kokoro_tvm.evaluation.results_table import ResultTable
     from kokoro_tvm.frontend.corpus import load_sentences
-    from kokoro_tvm.scale.evaluate import evaluate, task_audio
 
     sentences = sorted(load_sentences(), key=len)[:3]
     backends = ("pt_dynamic", "tvm_dynamic")
@@ -358,8 +358,8 @@ def test_a_sweep_runs_every_point_into_its_own_folder(tmp_path):
     """A 2 x 2 grid of notebook 03 in FAST mode on a local cluster, where VALID_STEPS=0 makes the notebook raise:
     four executed notebooks in four folders, each failed point recorded with a one-line error while the others
     ran, one sweep table, and the report's sweep section lists the four points."""
+    from kokoro_tvm.commands.sweep import sweep
     from kokoro_tvm.report.index_page import build_summary, render_html
-    from kokoro_tvm.scale.sweep import sweep
 
     out = tmp_path / "sweeps" / "03_masked_lstm"
     record = sweep("03", [("SEED", "0,1"), ("VALID_STEPS", "0,16")], fast=True, out=out)

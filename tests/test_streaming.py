@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.io import wavfile
 
+from kokoro_tvm.commands.bench_first_audio import playback
 from kokoro_tvm.config import MAX_PHONEMES
 from kokoro_tvm.frontend.text import CLAUSE_END, SENTENCE_END, SILENT_SYMBOLS, iter_stream_pieces, stream_pieces
 from kokoro_tvm.runtime.audio_io import WavStream
 from kokoro_tvm.synthesis import StreamPace
-from kokoro_tvm.tools.latency import playback
 
 WORD = st.text("abdeɪklmnoprstuvzæðŋɑɔəɛɹʃʊʌʒˈˌ", min_size=1, max_size=12)
 MARK = st.sampled_from([" ", " ", " ", ", ", ". ", "? ", "; ", "… "])
@@ -155,8 +155,8 @@ def test_a_stream_is_the_model_speaking_each_piece(tmp_path, capsysbinary):
 
 @pytest.mark.real
 def test_first_audio_times_the_stream_and_the_peer(monkeypatch):
+    from kokoro_tvm.commands.bench_first_audio import first_audio
     from kokoro_tvm.runtime.devices import cpu_share
-    from kokoro_tvm.tools.latency import first_audio
 
     # one round, no warm-up: this checks what the record holds, not how fast (the timings are `bench --first-audio`'s
     # and notebook 08's). kokoro-onnx on our fp32 export only: on its int8 export, through the same class, this round

@@ -6,6 +6,9 @@ with one clear `kokoro-tvm: error: ...` line on stderr and exit status 2, never 
 errors (kokoro_tvm.errors.KokoroTVMError) are the ones printed so. Any other exception is a bug and raises with
 its traceback.
 
+The CLI only parses: each subcommand calls `run(args)` of its module of kokoro_tvm.commands (`options.command`),
+imported when it runs. The parsers, by group:
+
 - `speech`: say, compare, bench (text in, audio or numbers out);
 - `builds`: compile, gpu-build, gpu-check (artifacts and device checks);
 - `project`: pipeline, lab, voices, weights (the notebooks and the inputs);
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from kokoro_tvm import __version__
@@ -51,3 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     except KokoroTVMError as exc:
         print(f"kokoro-tvm: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader left early (`kokoro-tvm voices | head`): nothing is wrong, stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the flush at exit does not raise again
+        return 0

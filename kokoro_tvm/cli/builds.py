@@ -2,124 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-from pathlib import Path
 
-from kokoro_tvm.cli.options import BUCKETS_HELP, add_precision, add_weights, positive_int, python_version
-from kokoro_tvm.compiler.gpu_sources import build_components
-from kokoro_tvm.components import NAMES, UnknownComponentError, lengths_for
-from kokoro_tvm.errors import writing
-from kokoro_tvm.runtime.buckets import parse_buckets
-from kokoro_tvm.runtime.devices import DEVICES, require_device
-from kokoro_tvm.tools import bundle_transfer, gpu_bundle, gpu_check
+from kokoro_tvm.cli.options import BUCKETS_HELP, add_precision, add_weights, command, positive_int, python_version
+from kokoro_tvm.commands import gpu_bundle
+from kokoro_tvm.runtime.devices import DEVICES
 
 log = logging.getLogger("kokoro_tvm.cli")
-
-
-def compile_artifacts(args: argparse.Namespace) -> int:
-    import torch  # (deferred: torch loads only for the commands that build)
-
-    from kokoro_tvm.compiled import check_precision
-    from kokoro_tvm.compiler.precompile import precompile
-    from kokoro_tvm.weights.resolve import load_kmodel
-
-    buckets = parse_buckets(args.buckets)  # a bad spec fails before the weights load
-    chosen = check_precision(args.precision)  # so does a CPU without bf16
-    log.info("precompiling %s (%d artifacts, %s)", buckets.describe(), buckets.artifacts, args.precision)
-    model, info = load_kmodel(args.weights, dtype=getattr(torch, chosen.dtype))
-    records = precompile(model, info.fingerprint, buckets, chosen.dtype, not args.quiet, chosen.arithmetic)
-    for record in records:
-        print(json.dumps(record))
-    built = [r for r in records if not r["cached"]]
-    log.info(
-        "%d artifacts: %d built in %.0f s, %d already cached; %.1f MB of libraries",
-        len(records),
-        len(built),
-        sum(r["seconds"] for r in built),
-        len(records) - len(built),
-        sum(r["library_bytes"] for r in records) / 1e6,
-    )
-    return 0
-
-
-def _output_folder(path: str) -> Path:
-    with writing(path) as folder:
-        folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def gpu_build(args: argparse.Namespace) -> int:
-    from kokoro_tvm.weights.resolve import load_kmodel
-
-    chosen = list(NAMES) if not args.components else [c.strip() for c in args.components.split(",") if c.strip()]
-    unknown = sorted(set(chosen) - set(NAMES))
-    if unknown or not chosen:
-        raise UnknownComponentError(f"unknown component(s) {unknown}; choose from {', '.join(NAMES)}")
-    lengths = lengths_for(chosen, args.tokens, args.frames)
-    out = _output_folder(args.out)
-    model, _info = load_kmodel(args.weights)
-    manifest = build_components(model, args.target, lengths, out, export=args.export, symbolic=args.symbolic)
-    failed = 0
-    for entry in manifest["components"]:
-        summary = {
-            k: entry[k]
-            for k in ("component", "length", "symbolic", "kernel_count", "threadgroup_sizes", "source_bytes")
-        }
-        summary.update({k: entry[k] for k in ("nvcc", "export") if k in entry}, problems=entry["problems"])
-        print(json.dumps(summary))
-        failed += bool(entry["problems"]) or entry.get("nvcc", {}).get("status") == "failed"
-    log.info("%d component(s) built for %s into %s; %d with problems", len(lengths), args.target, out, failed)
-    return 1 if failed else 0
-
-
-def check_gpu(args: argparse.Namespace) -> int:
-    from kokoro_tvm.weights.resolve import load_kmodel
-
-    gpu_bundle.check_device(args.target)
-    out = Path(args.out or f"outputs/gpu_check/{args.target}")
-    if args.score:  # results of run_bundle.py from another machine, scored and reported here
-        report = gpu_check.report(out / "bundle", args.score)
-        log.info("report written to %s", gpu_check.write_report(report))
-        print(json.dumps(report))
-        return 0 if _passed(report) else 1
-    if args.target != "cpu" and not args.bundle_only:
-        require_device(args.target)  # before any weights load or build
-    out = _output_folder(out)
-    model, info = load_kmodel(args.weights)
-    utterances = gpu_bundle.default_utterances(quick=args.quick)
-    if args.bundle_only:
-        bundle = gpu_bundle.make_bundle(
-            model,
-            info.fingerprint,
-            args.target,
-            out / "bundle",
-            utterances,
-            with_runtime=args.runtime_kit,
-            part_bytes=args.part_mib * 2**20,
-            kit_python=args.kit_python,
-        )
-        summary = {
-            "bundle": str(out / "bundle"),
-            "bytes": bundle["bytes"],
-            "parts": len(bundle["parts"]),
-            "run": bundle["run"],
-        }
-        if args.archive:  # one xz archive in parts of --part-mib, with the command that unpacks it there
-            summary["transfer"] = {
-                "folder": str(out / "transfer"),
-                **bundle_transfer.archive(out / "bundle", out / "transfer", args.part_mib * 2**20),
-            }
-        print(json.dumps(summary))
-        return 0
-    report = gpu_check.gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs)
-    print(json.dumps(report))
-    return 0 if _passed(report) else 1
-
-
-def _passed(report: dict) -> bool:
-    return report["all_within_tolerance"] and all(u["durations_equal_cpu"] for u in report["utterances"])
 
 
 def _add_compile(sub) -> None:
@@ -127,7 +16,7 @@ def _add_compile(sub) -> None:
     parser.add_argument("--buckets", default="default", help=BUCKETS_HELP.split(" or 'exact'")[0])
     add_precision(parser)
     add_weights(parser)
-    parser.set_defaults(func=compile_artifacts)
+    parser.set_defaults(func=command("compile_builds"))
 
 
 def _add_gpu_build(sub) -> None:
@@ -144,7 +33,7 @@ def _add_gpu_build(sub) -> None:
     )
     parser.add_argument("--export", action="store_true", help="also export a Metal library (macOS only)")
     add_weights(parser)
-    parser.set_defaults(func=gpu_build)
+    parser.set_defaults(func=command("gpu_build"))
 
 
 def _add_gpu_check(sub) -> None:
@@ -176,7 +65,7 @@ def _add_gpu_check(sub) -> None:
     )
     parser.add_argument("--score", metavar="RESULTS", help="score run_bundle.py's results folder against OUT/bundle")
     add_weights(parser)
-    parser.set_defaults(func=check_gpu)
+    parser.set_defaults(func=command("gpu_check"))
 
 
 COMMANDS = (_add_compile, _add_gpu_build, _add_gpu_check)  # each adds its subcommand to `kokoro-tvm`

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from kokoro_tvm.components import PRECISIONS
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE
@@ -60,3 +61,15 @@ def add_device(parser: argparse.ArgumentParser) -> None:
 
 def add_weights(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", help="a kokoro-v1_0.pth-style weights file (default: resolved)")
+
+
+def command(name: str):
+    """The `run(args)` of kokoro_tvm.commands.<name>, the command's one module, imported when the command runs:
+    the CLI parses, the commands package does the work (and `kokoro-tvm --help` loads no torch, TVM or Dask)."""
+    module = f"kokoro_tvm.commands.{name}"
+
+    def run(args: argparse.Namespace) -> int:
+        return importlib.import_module(module).run(args)
+
+    run.command_module = module
+    return run

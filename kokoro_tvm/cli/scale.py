@@ -3,61 +3,12 @@ a local cluster sized to this machine or on an existing cluster by its scheduler
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 
+from kokoro_tvm.cli.options import command
 from kokoro_tvm.components import TIMED_PRECISIONS
-from kokoro_tvm.errors import InputError
-from kokoro_tvm.report import records
 
 log = logging.getLogger("kokoro_tvm.cli")
-
-SUMMARY_COLUMNS = ["backend", "sentences", "same_length", "pesq_wb", "stoi", "log_mel_l1", "wer_mean", "wer"]
-
-
-def evaluate(args: argparse.Namespace) -> int:
-    from kokoro_tvm.scale.evaluate import evaluate as run_evaluate  # (deferred: torch, TVM, Dask)
-
-    voices = tuple(v.strip() for v in args.voices.split(",") if v.strip())
-    if not voices:
-        raise InputError("--voices takes one or more voice names, comma-separated")
-    record = run_evaluate(
-        args.sentences,
-        args.out,
-        voices,
-        args.precisions,
-        args.limit,
-        args.scheduler,
-        args.workers,
-        args.threads,
-        progress=not args.quiet,
-        wav_dir=f"{args.out}/wav" if args.wavs else None,
-    )
-    if args.json:
-        print(json.dumps(record, default=str))
-        return 0
-    print(
-        f"{record['tasks']} tasks: {record['ran']} run, {record['skipped']} already done, {len(record['failed'])} "
-        f"failed; {record['seconds']:.1f} s on {record['where']}; table: {args.out}/rows/"
-    )
-    for key, error in record["failed"].items():
-        print(f"failed {key}: {error}")
-    print(records.markdown_table(record["summary"], SUMMARY_COLUMNS))
-    return 0 if not record["failed"] else 1
-
-
-def sweep(args: argparse.Namespace) -> int:
-    from kokoro_tvm.scale.sweep import sweep as run_sweep  # (deferred: Dask, papermill)
-
-    record = run_sweep(args.notebook, [tuple(p) for p in args.parameter], args.scheduler, args.workers, args.fast)
-    for row in record["points"]:
-        held = sum(1 for c in row["claims"] if c.get("passed"))
-        print(
-            f"{row['point']}: {row['status']}, {held}/{len(row['claims'])} findings hold"
-            + (f"; {row['error']}" if row["error"] else "")
-        )
-    return 0 if all(row["status"] == "ok" for row in record["points"]) else 1
 
 
 def _add_cluster(parser) -> None:
@@ -90,7 +41,7 @@ def _add_evaluate(sub) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the run's record as one JSON line")
     _add_cluster(parser)
-    parser.set_defaults(func=evaluate)
+    parser.set_defaults(func=command("evaluate"))
 
 
 def _add_sweep(sub) -> None:
@@ -107,7 +58,7 @@ def _add_sweep(sub) -> None:
     )
     parser.add_argument("--fast", action="store_true", help="FAST=True at every point")
     _add_cluster(parser)
-    parser.set_defaults(func=sweep)
+    parser.set_defaults(func=command("sweep"))
 
 
 COMMANDS = (_add_evaluate, _add_sweep)  # each adds its subcommand to `kokoro-tvm`

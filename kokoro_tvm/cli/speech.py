@@ -2,164 +2,23 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import sys
-import time
 
-from kokoro_tvm import __version__
 from kokoro_tvm.cli.options import (
     BUCKETS_HELP,
     add_device,
     add_precision,
     add_voice,
     add_weights,
+    command,
     positive_int,
     precision_help,
 )
 from kokoro_tvm.components import TIMED_PRECISIONS
-from kokoro_tvm.config import SAMPLE_RATE
-from kokoro_tvm.errors import writing
-from kokoro_tvm.runtime.audio_io import WAV_FORMATS, WavStream, encode, write_wav
-from kokoro_tvm.synthesis import BACKENDS, synthesize, synthesize_stream
+from kokoro_tvm.runtime.audio_io import WAV_FORMATS
+from kokoro_tvm.synthesis import BACKENDS
 
 log = logging.getLogger("kokoro_tvm.cli")
-
-STDOUT = "-"  # `-o -`: raw samples to standard output, for a player (e.g. `ffplay -f f32le -ar 24000 -`)
-
-
-def _speech_options(args: argparse.Namespace) -> dict:
-    return dict(
-        **({"phonemes": args.text} if args.phonemes else {"text": args.text}),
-        voice=args.voice,
-        speed=args.speed,
-        noise="zero" if args.zero_noise else args.seed,
-        backend=args.backend,
-        weights=args.weights,
-        buckets=args.buckets,
-        device=args.device,
-        precision=args.precision,
-        language=args.lang,
-    )
-
-
-def say(args: argparse.Namespace) -> int:
-    if args.stream:
-        return say_stream(args)
-    start = time.perf_counter()
-    speech = synthesize(**_speech_options(args))
-    metadata = dict(speech.metadata, wav_format=args.format, kokoro_tvm=__version__)
-    if args.output == STDOUT:
-        sys.stdout.buffer.write(encode(speech.audio, args.format).tobytes())
-        sys.stdout.buffer.flush()
-        return 0
-    with writing(args.output):
-        path = write_wav(args.output, speech.audio, speech.metadata["sample_rate"], fmt=args.format, metadata=metadata)
-    log.info(
-        "wrote %s: %.2f s of audio, %d chunk(s), voice %s, backend %s, weights %s (%.1f s)",
-        path,
-        speech.seconds,
-        len(speech.chunks),
-        speech.metadata["voice"],
-        speech.metadata["backend"],
-        speech.metadata["weights"]["source"],
-        time.perf_counter() - start,
-    )
-    print(path)
-    return 0
-
-
-def say_stream(args: argparse.Namespace) -> int:
-    """`say --stream`: each piece written as soon as it is spoken: raw samples to stdout (`-o -`), or into a WAV
-    whose header gets its sizes when the stream ends."""
-    start = time.perf_counter()
-    stream = synthesize_stream(**_speech_options(args))  # bad input fails here, before anything is written
-    first = None
-    if args.output == STDOUT:
-        for piece in stream:
-            sys.stdout.buffer.write(encode(piece, args.format).tobytes())
-            sys.stdout.buffer.flush()
-            first = first or time.perf_counter() - start
-    else:
-        with writing(args.output), WavStream(args.output, SAMPLE_RATE, args.format) as wav:
-            for piece in stream:
-                wav.write(piece)
-                first = first or time.perf_counter() - start
-            metadata = dict(stream.metadata(), wav_format=args.format, kokoro_tvm=__version__)
-            wav.path.with_suffix(".json").write_text(json.dumps(metadata, indent=1, ensure_ascii=False) + "\n")
-        print(wav.path)
-    log.info(
-        "streamed %d piece(s) to %s: first after %.2f s, all after %.2f s",
-        len(stream.pieces),
-        args.output,
-        first,
-        time.perf_counter() - start,
-    )
-    return 0
-
-
-def compare(args: argparse.Namespace) -> int:
-    from kokoro_tvm.evaluation.parity import compare_text  # (deferred: Whisper and the reference model)
-
-    record = compare_text(
-        args.text,
-        voice=args.voice,
-        precision=args.precision,
-        seed=args.seed,
-        weights=args.weights,
-        bucket=args.bucket,
-        device=args.device,
-        buckets=args.buckets,
-        asr=not args.no_asr,
-        language=args.lang,
-    )
-    return _print_record(record, args.json)
-
-
-def first_audio_record(args: argparse.Namespace) -> dict:
-    from kokoro_tvm.tools import latency  # (deferred: scipy.signal and .stats, 0.8 s of every `say`'s start)
-
-    peers = {"all": latency.STREAM_PEERS, "none": ()}.get(args.peers.strip())
-    if peers is None:
-        peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
-    return latency.first_audio(
-        args.text or latency.DEFAULT_PARAGRAPH,
-        voice=args.voice,
-        threads=args.threads,
-        runs=args.runs,
-        warmup=args.warmup,
-        precisions=args.precision,
-        peers=peers,
-        weights=args.weights,
-    )
-
-
-def _print_record(record: dict, one_line: bool) -> int:
-    print(json.dumps(record) if one_line else json.dumps(record, indent=1))
-    return 0
-
-
-def run_bench(args: argparse.Namespace) -> int:
-    from kokoro_tvm.tools.bench import DEFAULT_TEXT, bench  # (deferred: scipy.signal and .stats, as above)
-    from kokoro_tvm.tools.peers import parse_peers  # (deferred: torch, which the other commands may not need)
-
-    if args.first_audio:
-        return _print_record(first_audio_record(args), args.json)
-    record = bench(
-        args.text or DEFAULT_TEXT,
-        voice=args.voice,
-        threads=args.threads,
-        runs=args.runs,
-        warmup=args.warmup,
-        weights=args.weights,
-        components=not args.no_components,
-        buckets=args.buckets,
-        peers=parse_peers(args.peers),
-        precisions=args.precision,
-        language=args.lang,
-    )
-    return _print_record(record, args.json)
 
 
 def _add_say(sub) -> None:
@@ -182,7 +41,7 @@ def _add_say(sub) -> None:
     add_weights(parser)
     add_device(parser)
     add_precision(parser)
-    parser.set_defaults(func=say)
+    parser.set_defaults(func=command("say"))
 
 
 def _add_compare(sub) -> None:
@@ -199,7 +58,7 @@ def _add_compare(sub) -> None:
     parser.add_argument("--no-asr", action="store_true", help="skip Whisper's word error rate on both audios")
     add_weights(parser)
     add_device(parser)
-    parser.set_defaults(func=compare)
+    parser.set_defaults(func=command("compare"))
 
 
 def _add_bench(sub) -> None:
@@ -226,19 +85,32 @@ def _add_bench(sub) -> None:
     )
     parser.add_argument(
         "--precision",
-        default="fp32",
-        help="TVM's arithmetic, comma-separated for several in the same rounds (default fp32): "
-        + precision_help(TIMED_PRECISIONS),
+        help="TVM's arithmetic, comma-separated for several in the same rounds (default fp32; --kernel-split: "
+        "fp32,bf16; --conv-rates: int8): " + precision_help(TIMED_PRECISIONS),
     )
     parser.add_argument(
         "--peers",
         default="all",
         help="peers timed in the same rounds, comma-separated from torch, torch_compile, ort_fp32, ort_int8 "
-        "(kokoro_tvm.tools.peers.PEERS; default all; none: TVM only); with --first-audio: kpipeline",
+        "(kokoro_tvm.peers.catalog.PEERS; default all; none: TVM only); with --first-audio: kpipeline",
     )
     parser.add_argument("--json", action="store_true", help="one JSON line")
     add_weights(parser)
-    parser.set_defaults(func=run_bench)
+    _add_kernel_modes(parser)
+    parser.set_defaults(func=command("bench"))
+
+
+def _add_kernel_modes(parser) -> None:
+    """`bench` on our kernels alone (kokoro_tvm.commands.bench_kernels) instead of on an utterance."""
+    modes = parser.add_argument_group("kernels").add_mutually_exclusive_group()
+    modes.add_argument("--conv-peak", action="store_true", help="the generator's main conv alone: ours and PyTorch's")
+    modes.add_argument("--kernel-split", metavar="COMPONENT:LENGTH", help="a build's time by kernel group")
+    modes.add_argument(
+        "--conv-rates", metavar="COMPONENT:LENGTH", help="a bf16 / int8 build's packed convs against their instruction"
+    )
+    for name, default, what in (("steps", 48_000, "length"), ("channels", 128, "channels"), ("taps", 7, "taps")):
+        parser.add_argument(f"--{name}", type=positive_int, default=default, help=f"--conv-peak's conv {what}")
+    parser.add_argument("--dilation", type=positive_int, default=3, help="--conv-peak's conv dilation")
 
 
 COMMANDS = (_add_say, _add_compare, _add_bench)  # each adds its subcommand to `kokoro-tvm`

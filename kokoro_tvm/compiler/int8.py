@@ -24,7 +24,7 @@ The layout mirrors kokoro_tvm.compiler.bf16 with the input channels taken in fou
 The per-call work besides the conv is two passes over the input (range, packing) and one contiguous O x C x K pass
 on the weights (their kernel layout and per-row peaks are computed once, at load).
 Which convs is the registry's `INT8_CONVOLUTIONS` (the generator's resblocks, 91% of the conv multiply-adds).
-`python -m kokoro_tvm.studies.benchmark --conv-peak` times the kernel alone against PyTorch's int8 conv
+`kokoro-tvm bench --conv-peak` times the kernel alone against PyTorch's int8 conv
 (FBGEMM).
 
 As with bf16, TVM 0.27 cannot emit the instruction: a few lines of LLVM IR define `kokoro_dpbusd{16,8}`, taking

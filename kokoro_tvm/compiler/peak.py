@@ -1,6 +1,6 @@
 """The packed conv steps alone: a compiled loop that issues nothing but `vpdpbusd` (kokoro_tvm.compiler.int8) or
 `vdpbf16ps` (compiler.bf16) on register accumulators, so its rate is the rate this CPU issues the instruction
-at: what no conv of ours can pass. `kokoro_tvm.studies.benchmark.instruction_peak` times it and `--conv-rates`
+at: what no conv of ours can pass. `kokoro_tvm.commands.bench_kernels.instruction_peak` times it and `--conv-rates`
 reports the model's convs against it.
 """
 

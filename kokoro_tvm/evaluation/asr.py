@@ -45,7 +45,8 @@ def _whisper():
     return WhisperModel(str(model), device="cpu", compute_type="int8", cpu_threads=min(2, cpu_share()))
 
 
-def _to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+def to_16k(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Mono float64 audio at 16 kHz, the rate Whisper, pocketsphinx and PESQ wide-band read."""
     audio = np.asarray(audio, dtype=np.float64).reshape(-1)
     if sample_rate != ASR_SAMPLE_RATE:
         g = np.gcd(sample_rate, ASR_SAMPLE_RATE)
@@ -57,7 +58,7 @@ def transcribe(audio: np.ndarray, sample_rate: int = SAMPLE_RATE, judge: str = D
     """Lower-case transcript of mono float audio by `judge` (see the module docstring)."""
     if judge not in JUDGES:
         raise InputError(f"unknown ASR judge {judge!r}; choose from {', '.join(JUDGES)}")
-    audio = _to_16k(audio, sample_rate)
+    audio = to_16k(audio, sample_rate)
     if judge == "whisper":
         segments, _ = _whisper().transcribe(
             audio.astype(np.float32), language="en", beam_size=1, condition_on_previous_text=False, vad_filter=False

@@ -12,13 +12,13 @@ import math
 
 import numpy as np
 from scipy.fft import dct
-from scipy.signal import resample_poly
 from scipy.signal import stft as _stft
 
 from kokoro_tvm.config import SAMPLE_RATE
-from kokoro_tvm.evaluation.asr import transcribe, words
+from kokoro_tvm.evaluation.asr import ASR_SAMPLE_RATE, to_16k, transcribe, words
+from kokoro_tvm.reference.stages import COMPARED_STAGES, Stages
 
-PESQ_RATE = 16_000
+PESQ_RATE = ASR_SAMPLE_RATE  # wide-band PESQ reads 16 kHz, as the ASR judges do
 
 
 def rel_l2(reference: np.ndarray, other: np.ndarray) -> float:
@@ -38,11 +38,6 @@ def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
         raise ValueError(f"shapes differ: {reference.shape} vs {other.shape}")
     err = np.sum((other - reference) ** 2)
     return math.inf if err == 0 else float(10 * np.log10(np.sum(reference**2) / err))
-
-
-def _to_16k(audio: np.ndarray, rate: int) -> np.ndarray:
-    g = math.gcd(rate, PESQ_RATE)
-    return resample_poly(np.asarray(audio, np.float64), PESQ_RATE // g, rate // g)
 
 
 # The `pesq` package's C code overflows a fixed buffer on long input and kills the process with signal 11 (no
@@ -67,7 +62,7 @@ def pesq_wb(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE) -
     if len(reference) != len(other):
         raise ValueError(f"lengths differ: {len(reference)} vs {len(other)} samples")
     return min(
-        float(pesq(PESQ_RATE, _to_16k(reference[w], rate), _to_16k(other[w], rate), "wb"))
+        float(pesq(PESQ_RATE, to_16k(reference[w], rate), to_16k(other[w], rate), "wb"))
         for w in pesq_windows(len(reference), rate)
     )
 
@@ -199,3 +194,14 @@ def audio_metrics(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_R
         "pesq_wb": pesq_wb(reference, other, rate),
         "stoi": stoi(reference, other, rate),
     }
+
+
+# Stages computed before the alignment: comparable even when the durations differ.
+ENCODER_STAGES = ("d_en", "d", "duration_logits", "t_en")
+
+
+def stage_errors(reference: Stages, other: Stages) -> dict[str, float]:
+    """Relative L2 per stage; stages after the alignment only when the durations agree."""
+    same = np.array_equal(reference.durations, other.durations)
+    names = COMPARED_STAGES if same else ENCODER_STAGES
+    return {name: rel_l2(getattr(reference, name), getattr(other, name)) for name in names}

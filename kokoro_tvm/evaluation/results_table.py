@@ -4,7 +4,7 @@ exactly once or not at all; reading the folder gives the one table. A rerun with
 whose file is there.
 
 Columns (`COLUMNS`): the task's key (`voice`, `sentence` index, `text`), the `backend`, then every metric of
-kokoro_tvm.studies.audio_comparison.compare_backends; a metric a row lacks (the reference has no metric against
+kokoro_tvm.evaluation.backends.compare_backends; a metric a row lacks (the reference has no metric against
 itself; a backend whose length differs has none) is null.
 
 `summarize(rows)`: notebook 07's summary of such rows, per backend (the report reads it from the table too).

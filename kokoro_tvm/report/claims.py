@@ -116,27 +116,24 @@ def findings_markdown(claims: list[Claim], notes_prefix: str = "../NOTES/") -> s
             f"| {c.name} | {_format(c.value)} | {c.op} {_format(c.threshold)} | **{status(entry)}** "
             f"| [{c.note}]({notes_prefix}{c.note}) |"
         )
-    return "\n".join(lines) + "\n\n" + conclusion(claims)
+    return "\n".join(lines)
 
 
-def conclusion(claims: list[Claim]) -> str:
-    """Two or three sentences drawn from the claims: how many hold, what the headline findings measured, and
-    which could not be assessed and why."""
-    failed = [c.name for c in claims if c.passed is False]
-    held = [c for c in claims if c.passed]
+def conclusion(claims: list[Claim], held: str, failed: str) -> str:
+    """The notebook's closing words, drawn from its claims: how many hold (and how many could not be assessed,
+    and why), what the headline findings measured, and what that means: `held` when none fails, else `failed`
+    (each one sentence, written by the notebook for its own story)."""
+    failing = [c.name for c in claims if c.passed is False]
     skipped = [c for c in claims if c.passed is None]
-    if failed:
-        sentences = [f"**{len(failed)} of {len(claims)} findings do not hold: {', '.join(failed)}.**"]
+    reasons = "; ".join(sorted({c.reason or "full run only" for c in skipped}))
+    aside = f" ({len(skipped)} more not assessed in this run: {reasons})" if skipped else ""
+    if failing:
+        sentences = [f"**{len(failing)} of {len(claims)} findings do not hold: {', '.join(failing)}**{aside}."]
     else:
-        sentences = [f"All {len(held)} assessed findings hold."]
-    headline = [c for c in held if c.headline]
+        sentences = [f"All {len(claims) - len(skipped)} assessed findings hold{aside}."]
+    headline = [c for c in claims if c.passed and c.headline]
     if headline:
-        sentences.append(
-            "Headline: "
-            + "; ".join(f"{c.name} {_format(c.value)} ({c.op} {_format(c.threshold)})" for c in headline)
-            + "."
-        )
-    if skipped:
-        reasons = sorted({c.reason or "full run only" for c in skipped})
-        sentences.append(f"{len(skipped)} of {len(claims)} could not be assessed in this run ({'; '.join(reasons)}).")
+        values = "; ".join(f"{c.name} {_format(c.value)} ({c.op} {_format(c.threshold)})" for c in headline)
+        sentences.append(f"Headline: {values}.")
+    sentences.append(failed if failing else held)
     return " ".join(sentences)

@@ -68,6 +68,7 @@ def _notebook_entry(folder: Path, root: Path) -> dict | None:
         "parameters": record.get("parameters", {}),
         "key_metrics": key_metrics(record.get("metrics", {})),
         "claims": record.get("claims", []),
+        "conclusion": record.get("conclusion"),
         "figures": sorted(str(p.relative_to(root)) for p in folder.glob("*.png")),
         "executed_notebook": str(executed.relative_to(root)) if executed.exists() else None,
         "git_sha": record.get("git_sha"),
@@ -129,7 +130,7 @@ def build_summary(root: Path | None = None, weights: dict | None = None) -> dict
 
 
 def _sweep_entry(path: Path, root: Path) -> dict | None:
-    """One `kokoro-tvm sweep` (kokoro_tvm.scale.sweep): its notebook and one row per grid point."""
+    """One `kokoro-tvm sweep` (kokoro_tvm.commands.sweep): its notebook and one row per grid point."""
     try:
         record = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -267,6 +268,7 @@ def render_html(summary: dict) -> str:
             + f" · ran {html.escape(str(entry['time_utc']))} at <code>{html.escape(str(entry['git_sha']))}</code></p>"
             + f"<h3>Findings: {html.escape(verdict)}</h3>"
             + (_findings_table(claims) if claims else "")
+            + (f"<p class='conclusion'>{html.escape(entry['conclusion'])}</p>" if entry.get("conclusion") else "")
             + _evaluation_html(entry.get("evaluation"))
             + "<details><summary>Parameters</summary>"
             + _table(entry["parameters"], ("parameter", "value"))

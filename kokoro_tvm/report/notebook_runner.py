@@ -21,6 +21,59 @@ log = logging.getLogger(__name__)
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
+# The FAST tier: the parameters `pipeline --fast` (and the notebook tests) pass in, per notebook, beside FAST=True,
+# so that the parameters cell plus what was injected is exactly what ran. Each makes a notebook's story short
+# enough for `make test` (every notebook in about 10 minutes on 2 cores): fewer lengths, sentences and rounds, the
+# shapes other runs build anyway, no peer that compiles for minutes. FAST itself marks the tier: timings are
+# recorded, not held to their bars (kokoro_tvm.report.claims, `full_run`).
+FAST_PARAMETERS = {
+    "01_export_debugging": {"TOKENS": 8, "FRAMES": 6},
+    "02_converter_patching": {"TOKENS": 8, "FRAMES": 6},
+    "03_masked_lstm": {"PAD_FRACTIONS": [0.0, 0.5, 0.9], "IR_STEPS": [64, 256]},
+    "04_masked_adain": {"FRAMES": 6, "BUCKETS": [6, 8, 24]},
+    "05_bucketing": {
+        "CORPUS_STRIDE": 30,
+        "LATENCY_SENTENCES": 1,
+        "LATENCY_PICK": "shortest",
+        "LATENCY_RUNS": 1,
+        "PROFILE_TOKENS": [32],
+        "PROFILE_FRAMES": [64],
+        "PROFILE_RUNS": 1,
+        "DYNAMIC_COMPONENTS": ["text_encoder"],
+        "FLOP_TOKENS": [16, 32, 64],
+        "FLOP_FRAMES": [16, 32, 64],
+    },
+    "06_metal_builds": {
+        "TOKENS": 16,
+        "FRAMES": 32,
+        "CUDA_COMPONENTS": ["text_encoder"],
+        "SYMBOLIC_CUDA": False,
+        "QUICK_UTTERANCES": True,
+    },
+    "07_audio_comparison": {
+        "N_SENTENCES": 2,
+        "SENTENCE_PICK": "shortest",
+        "N_EXACT": 0,
+        "PLOT_SENTENCES": [0, 1],
+        "SCHEDULER": "in-process",  # starting workers costs more than two tasks
+    },
+    "08_performance": {
+        "TEXT": "Hello world.",
+        "RUNS": 1,
+        "WARMUP": 1,
+        "OTHER_TEXT": None,
+        "SHORT_TEXTS": [],
+        "KERNEL_PROFILE": "text_encoder:32",
+        "PEERS": "torch,ort_fp32,ort_int8",  # no compiling peer (1-2 min)
+        "STREAM_PEERS": "kpipeline",  # not kokoro-onnx (about 5 s a call)
+        "PARAGRAPH": "The boy was there when the sun rose. A rod is used to catch pink salmon.",
+        "PRECISION_TEXTS": ["Hello world."],
+        "PEAK_STEPS": 4_800,
+        "BUDGET_GROUPS": "together",  # the budget's machinery, not its per-group answer (seven PyTorch runs)
+        "BUDGET_TEXT": "Hello world.",
+    },
+}
+
 
 class PipelineError(KokoroTVMError, RuntimeError):
     """A notebook of the pipeline failed; the message names it and its executed copy."""
@@ -52,19 +105,25 @@ def declared_parameters(notebook: Path) -> dict:
     return values
 
 
+def injected(notebook: Path, fast: bool = False, parameters: dict | None = None) -> dict:
+    """What papermill passes `notebook`: with `fast`, FAST=True and the notebook's FAST set, then `parameters`
+    over them; a name the notebook does not declare is refused (papermill only warns)."""
+    given = {"FAST": True, **FAST_PARAMETERS.get(notebook.stem, {})} if fast else {}
+    given.update(parameters or {})
+    declared = declared_parameters(notebook)
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise PipelineError(f"{notebook.name} declares no parameter(s) {unknown}; it has {sorted(declared)}")
+    return given
+
+
 def run(only: list[str] | None = None, fast: bool = False, parameters: dict | None = None) -> list[Path]:
     """Execute notebooks in order; returns the executed copies."""
     import papermill
 
     executed, chosen, started = [], notebooks(only), time.perf_counter()
     for number, notebook in enumerate(chosen, 1):
-        declared = declared_parameters(notebook)
-        given = dict(parameters or {})
-        if fast:
-            given["FAST"] = True
-        unknown = sorted(set(given) - set(declared))
-        if unknown:
-            raise PipelineError(f"{notebook.name} declares no parameter(s) {unknown}; it has {sorted(declared)}")
+        given = injected(notebook, fast, parameters)
         out = notebook_output_dir(notebook.stem) / notebook.name
         log.info("[%d/%d] running %s%s -> %s", number, len(chosen), notebook.name, " (FAST)" if fast else "", out)
         start = time.perf_counter()

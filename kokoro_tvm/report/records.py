@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
+from kokoro_tvm.report.notebook_runner import NOTEBOOK_DIR, declared_parameters
 from kokoro_tvm.runtime.bundle_runner import cpu_model
 from kokoro_tvm.runtime.devices import usable_cpus
 
@@ -52,16 +53,22 @@ def _jsonable(value):
     return value
 
 
-def write_metrics(notebook: str, parameters: dict, values: dict, claims: list | None = None) -> Path:
-    """Write outputs/<notebook>/metrics.json with the notebook's findings (kokoro_tvm.report.claims.Claim
-    objects, stored with their pass/fail); returns its path."""
+def write_metrics(
+    notebook: str, namespace: dict, values: dict, claims: list | None = None, conclusion: str | None = None
+) -> Path:
+    """Write outputs/<notebook>/metrics.json: the notebook's parameters (read from `namespace`, its globals(), by
+    the names its parameters cell declares: what ran, as the runner injected them or as the cell set them), the
+    values, its findings (kokoro_tvm.report.claims.Claim objects, stored with their pass/fail) and its conclusion;
+    returns its path."""
+    declared = declared_parameters(NOTEBOOK_DIR / f"{notebook}.ipynb")
     path = notebook_output_dir(notebook) / "metrics.json"
     record = {
         "notebook": notebook,
-        "parameters": parameters,
+        "parameters": {name: namespace[name] for name in declared},
         **provenance(),
         "metrics": values,
         "claims": [c.as_dict() for c in claims or []],
+        "conclusion": conclusion,
     }
     path.write_text(json.dumps(_jsonable(record), indent=1) + "\n")
     return path

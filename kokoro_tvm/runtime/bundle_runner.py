@@ -1,4 +1,4 @@
-"""Run a device check bundle (kokoro_tvm.tools.gpu_check) anywhere TVM's runtime runs: one file, standalone.
+"""Run a device check bundle (kokoro_tvm.commands.gpu_check) anywhere TVM's runtime runs: one file, standalone.
 
 Needs only numpy and TVM's runtime (`import tvm` with TVM_USE_RUNTIME_LIB=1 works; the bundle may carry that
 runtime as `runtime_kit/`), and for CUDA, nvcc: a CUDA library holds CUDA source, compiled for the device as it

@@ -87,10 +87,9 @@ class TVMKokoro:
         token_bucket: int | None = None,
         frame_bucket: int | None = None,
     ) -> Stages:
-        """Same contract as kokoro_tvm.reference.pt_dynamic.run_stages (batch 1). The token axis is padded to
-        `token_bucket` and the aligned-frame axis to `frame_bucket` (default: the bucket set's pick, or the
-        exact length without a set); every stage returned is the valid prefix, which the padding-invariant
-        components make equal to the unpadded model's."""
+        """kokoro_tvm.reference.pt_dynamic.run_stages's contract (batch 1), the token axis padded to `token_bucket`
+        and the frames to `frame_bucket` (default: the bucket set's pick, else the exact length); each stage returned
+        is the valid prefix, equal to the unpadded model's (the components are padding-invariant)."""
         noise = noise or ZeroNoise()
         ids = np.asarray(padded_ids, dtype=np.int64)[None]  # [1, T]
         n_tokens = ids.shape[1]
@@ -106,8 +105,7 @@ class TVMKokoro:
         (d_en,) = self.run_component("albert", t_bucket, ids_b, mask_b)
         duration_logits, d = self.run_component("duration", t_bucket, d_en, prosody, token_lengths)
         duration_logits, d = duration_logits[:, :n_tokens], d[:, :n_tokens]
-        durations = durations_from_logits(duration_logits, speed)
-        alignment = alignment_from_durations(durations)
+        alignment = alignment_from_durations(durations := durations_from_logits(duration_logits, speed))
         n_frames = alignment.shape[0]
         if frame_bucket is None and self.buckets is not None:
             frame_bucket = self.buckets.frame_bucket(n_frames)

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
-import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +27,7 @@ from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import load_voice
 from kokoro_tvm.runtime.buckets import BucketSet, DynamicLengths
 from kokoro_tvm.runtime.vm import ComponentRunner
+from kokoro_tvm.timing import median_seconds
 
 log = logging.getLogger(__name__)
 
@@ -167,14 +166,9 @@ def _profile_here(folder: str, component: str, length: int, runs: int) -> dict:
     inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length), getattr(torch, dtype))]
     baseline = _reset_peak_rss()
     runner = ComponentRunner(artifact)
-    runner(*inputs)  # warm-up
-    seconds = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        runner(*inputs)
-        seconds.append(time.perf_counter() - start)
+    run_s = median_seconds(lambda: runner(*inputs), runs=runs, warmup=1)
     peak = _status_bytes("VmHWM")
-    return {"run_s": statistics.median(seconds), "peak_rss_bytes": None if baseline is None else peak - baseline}
+    return {"run_s": run_s, "peak_rss_bytes": None if baseline is None else peak - baseline}
 
 
 def _status_bytes(field: str) -> int:

@@ -32,7 +32,7 @@ from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.runtime.profile import compare, kernel_seconds
 from kokoro_tvm.runtime.vm import ComponentRunner
 from kokoro_tvm.studies.hazards import _attempt, _last_line
-from kokoro_tvm.tools.bench import interleaved
+from kokoro_tvm.timing import interleaved, median_seconds
 from kokoro_tvm.weights.resolve import load_kmodel
 
 MAX_DYNAMIC_FRAMES = 5000  # the plain symbolic length's upper bound in export_static_and_dynamic
@@ -57,13 +57,7 @@ def _params(exported) -> list[np.ndarray]:
 
 def _timed(runner, tensors) -> float:
     """Median of 3 calls after one warm-up."""
-    runner.run_on_device(*tensors)
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        runner.run_on_device(*tensors)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return median_seconds(lambda: runner.run_on_device(*tensors), runs=3, warmup=1)
 
 
 def _outputs(out) -> list[np.ndarray]:

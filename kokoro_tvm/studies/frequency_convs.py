@@ -16,7 +16,7 @@ from tvm import relax
 from kokoro_tvm.compiler.passes import frequency_conv
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, lift_weight_transforms
 from kokoro_tvm.compiler.targets import host_target
-from kokoro_tvm.tools.bench import interleaved, set_threads
+from kokoro_tvm.timing import interleaved, set_threads
 
 # (channels, steps): the generator's two resblock stages at 96 frames
 STAGES = ((128, 11520), (256, 1920))

@@ -99,7 +99,7 @@ def summary(differences: list[dict], wers: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from kokoro_tvm.studies.audio_comparison import pick_sentences
+    from kokoro_tvm.evaluation.backends import pick_sentences
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wer-sentences", type=int, default=20, help="corpus sentences spoken (notebook 07's pick)")

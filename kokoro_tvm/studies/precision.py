@@ -180,8 +180,7 @@ def precision_comparison(
     seeded noise); one row per (text, precision) with the per-stage relative L2, durations equal, and the audio
     metrics against pt.dynamic fp32; audio as {text index: {"pt_dynamic" | "tvm_<precision>": array}}."""
     from kokoro_tvm.compiled import compiled_kokoro
-    from kokoro_tvm.evaluation.metrics import audio_metrics
-    from kokoro_tvm.evaluation.parity import stage_errors
+    from kokoro_tvm.evaluation.metrics import audio_metrics, stage_errors
 
     runtimes = {p: compiled_kokoro(model, weights_fingerprint, p, buckets=parse_buckets("dynamic")) for p in precisions}
     rows, audio = [], {}
@@ -237,7 +236,7 @@ def duration_budget(model, prefix: str, texts, voice: str | None = None) -> dict
 
 def main(argv=None) -> int:
 
-    from kokoro_tvm.studies.audio_comparison import pick_sentences
+    from kokoro_tvm.evaluation.backends import pick_sentences
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(

@@ -18,11 +18,11 @@ import sys
 import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.evaluation.backends import pick_sentences
 from kokoro_tvm.evaluation.metrics import pesq_wb, word_error_rate
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE
 from kokoro_tvm.runtime.buckets import DynamicLengths
-from kokoro_tvm.studies.audio_comparison import pick_sentences
 from kokoro_tvm.synthesis import TVMBackend, synthesize, synthesize_stream
 
 JOIN_WINDOW_SECONDS = 0.005

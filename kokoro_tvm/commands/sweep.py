@@ -14,6 +14,7 @@ point overwrites another or the pipeline's own `outputs/<notebook>/`.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import itertools
 import json
@@ -26,7 +27,7 @@ from pathlib import Path
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.paths import RUN_DIR_ENV, outputs_dir
 from kokoro_tvm.report.index_page import write_index
-from kokoro_tvm.report.notebook_runner import NOTEBOOK_DIR, declared_parameters, notebooks
+from kokoro_tvm.report.notebook_runner import NOTEBOOK_DIR, declared_parameters, injected, notebooks
 from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, ClusterError, check_workers, completed, dask_client
 
 log = logging.getLogger(__name__)
@@ -41,9 +42,9 @@ def _literal(text: str):
         return text
 
 
-def grid(parameters: list[tuple[str, str]], declared: dict, fast: bool = False) -> list[dict]:
+def grid(parameters: list[tuple[str, str]], declared: dict) -> list[dict]:
     """Every point of the grid of `parameters` ([(NAME, "v1,v2"), ...]), checked against the notebook's
-    `declared` parameters; `fast` adds FAST=True to each point."""
+    `declared` parameters."""
     names = [name for name, _values in parameters]
     unknown = sorted(set(names) - set(declared))
     if unknown or len(set(names)) != len(names):
@@ -54,10 +55,7 @@ def grid(parameters: list[tuple[str, str]], declared: dict, fast: bool = False) 
     values = [[_literal(v.strip()) for v in spec.split(",") if v.strip()] for _name, spec in parameters]
     if any(not v for v in values):
         raise InputError("every -p NAME takes at least one value")
-    return [
-        {**dict(zip(names, combo, strict=True)), **({"FAST": True} if fast else {})}
-        for combo in itertools.product(*values)
-    ]
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values)]
 
 
 def point_name(point: dict) -> str:
@@ -66,9 +64,9 @@ def point_name(point: dict) -> str:
     return "__".join(re.sub(r"[^A-Za-z0-9._=-]", "_", f"{name}={value}") for name, value in point.items())
 
 
-def run_point(notebook: str, point: dict, folder: str) -> dict:
-    """One papermill run of `notebook` with `point` into `folder` (runs on a worker, one task at a time there):
-    the point's row of the sweep table."""
+def run_point(notebook: str, point: dict, folder: str, fast: bool = False) -> dict:
+    """One papermill run of `notebook` with `point` (over the notebook's FAST set with `fast`) into `folder` (runs
+    on a worker, one task at a time there): the point's row of the sweep table."""
     import papermill
 
     path, out = NOTEBOOK_DIR / notebook, Path(folder)
@@ -80,7 +78,7 @@ def run_point(notebook: str, point: dict, folder: str) -> dict:
         papermill.execute_notebook(
             str(path),
             str(out / path.name),
-            parameters=point,
+            parameters=injected(path, fast, point),
             cwd=str(NOTEBOOK_DIR),
             progress_bar=False,
             kernel_name="python3",
@@ -110,13 +108,13 @@ def sweep(
     if scheduler == IN_PROCESS:
         raise ClusterError(f"sweep runs its points on Dask: --scheduler is an address or {LOCAL!r}, not {IN_PROCESS!r}")
     (path,) = notebooks([notebook])
-    points = grid(parameters, declared_parameters(path), fast)
+    points = grid(parameters, declared_parameters(path))
     root = Path(out) if out else outputs_dir() / SWEEPS / path.stem
     start, rows = time.perf_counter(), []
     with dask_client(scheduler, workers) as client:
         check_workers(client)
         futures = [
-            client.submit(run_point, path.name, point, str(root / point_name(point)), pure=False, retries=0)
+            client.submit(run_point, path.name, point, str(root / point_name(point)), fast, pure=False, retries=0)
             for point in points
         ]
         for future in completed(client, futures):
@@ -143,3 +141,14 @@ def sweep(
     if out is None:
         write_index()  # the report's sweep table
     return record
+
+
+def run(args: argparse.Namespace) -> int:
+    record = sweep(args.notebook, [tuple(p) for p in args.parameter], args.scheduler, args.workers, args.fast)
+    for row in record["points"]:
+        held = sum(1 for c in row["claims"] if c.get("passed"))
+        print(
+            f"{row['point']}: {row['status']}, {held}/{len(row['claims'])} findings hold"
+            + (f"; {row['error']}" if row["error"] else "")
+        )
+    return 0 if all(row["status"] == "ok" for row in record["points"]) else 1

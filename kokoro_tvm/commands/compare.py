@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
+from kokoro_tvm.commands.bench import print_record
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.evaluation import metrics
 from kokoro_tvm.evaluation.metrics import word_error_rate
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import SeededNoise
-from kokoro_tvm.reference.stages import COMPARED_STAGES, Stages
 from kokoro_tvm.runtime.buckets import parse_buckets
 
 TOKEN_BUCKET_STEP = 16
-# Stages computed before the alignment: comparable even when the durations differ.
-ENCODER_STAGES = ("d_en", "d", "duration_logits", "t_en")
 
 
-def stage_errors(reference: Stages, other: Stages) -> dict[str, float]:
-    """Relative L2 per stage; stages after the alignment only when the durations agree."""
-    same = np.array_equal(reference.durations, other.durations)
-    names = COMPARED_STAGES if same else ENCODER_STAGES
-    return {name: metrics.rel_l2(getattr(reference, name), getattr(other, name)) for name in names}
-
-
-def audio_metrics(reference: np.ndarray, other: np.ndarray) -> dict[str, float | None]:
+def _audio_fields(reference: np.ndarray, other: np.ndarray) -> dict[str, float | None]:
+    """The compare record's audio fields (`audio_` before each of metrics.audio_metrics's names it reports)."""
     if reference.shape != other.shape:
         return {"audio_snr_db": None, "audio_pesq_wb": None, "audio_stoi": None}
     return {
@@ -100,10 +94,28 @@ def compare_text(
         "token_bucket": token_bucket,
         "shapes": {"tokens": compiled.buckets[0], "frames": compiled.buckets[1]},
         "durations_equal": bool(np.array_equal(reference.durations, compiled.durations)),
-        "stages": stage_errors(reference, compiled),
-        **audio_metrics(reference.audio, compiled.audio),
+        "stages": metrics.stage_errors(reference, compiled),
+        **_audio_fields(reference.audio, compiled.audio),
         "noise": noise.description,
         "weights": info.source,
         "weights_fingerprint": info.fingerprint,
         **intelligibility,
     }
+
+
+def run(args: argparse.Namespace) -> int:
+    from kokoro_tvm.commands.compare import compare_text  # (deferred: Whisper and the reference model)
+
+    record = compare_text(
+        args.text,
+        voice=args.voice,
+        precision=args.precision,
+        seed=args.seed,
+        weights=args.weights,
+        bucket=args.bucket,
+        device=args.device,
+        buckets=args.buckets,
+        asr=not args.no_asr,
+        language=args.lang,
+    )
+    return print_record(record, args.json)

@@ -1,7 +1,7 @@
 """Device checks: the compiled components for a GPU (or this CPU) run on the exact inputs the CPU build gave
 each of them, compared with the CPU build's outputs and scored against PyTorch.
 
-- a bundle (kokoro_tvm.tools.gpu_bundle.make_bundle) carries the device libraries, the recorded calls and the
+- a bundle (kokoro_tvm.commands.gpu_bundle.make_bundle) carries the device libraries, the recorded calls and the
   standalone runner to the device's machine;
 - the runner (on the device's machine) writes results.json and every output;
 - `score`: back here, durations from the device's duration logits against the CPU build's, and the device's
@@ -14,6 +14,7 @@ each of them, compared with the CPU build's outputs and scored against PyTorch.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import logging
@@ -23,15 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.commands import bundle_transfer, gpu_bundle
+from kokoro_tvm.commands.gpu_bundle import KERNELS_RECORDED, check_device, make_bundle
 from kokoro_tvm.compiler.targets import target_for
 from kokoro_tvm.components import NAMES
 from kokoro_tvm.config import SAMPLE_RATE, SAMPLES_PER_FRAME
-from kokoro_tvm.errors import ResourceError
+from kokoro_tvm.errors import ResourceError, writable_folder
 from kokoro_tvm.paths import REPO_ROOT, outputs_dir
 from kokoro_tvm.reference.stages import durations_from_logits
 from kokoro_tvm.runtime import bundle_runner
 from kokoro_tvm.runtime.devices import require_device
-from kokoro_tvm.tools.gpu_bundle import KERNELS_RECORDED, check_device, make_bundle
 
 log = logging.getLogger(__name__)
 
@@ -194,3 +196,51 @@ def symbolic_build_status(model, weights_fingerprint: str, device: str) -> list[
             row = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
         rows.append({"component": component, "device": device, **row, "seconds": time.perf_counter() - start})
     return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    gpu_bundle.check_device(args.target)
+    out = Path(args.out or f"outputs/gpu_check/{args.target}")
+    if args.score:  # results of run_bundle.py from another machine, scored and reported here
+        report = gpu_check.report(out / "bundle", args.score)
+        log.info("report written to %s", gpu_check.write_report(report))
+        print(json.dumps(report))
+        return 0 if _passed(report) else 1
+    if args.target != "cpu" and not args.bundle_only:
+        require_device(args.target)  # before any weights load or build
+    out = writable_folder(out)
+    model, info = load_kmodel(args.weights)
+    utterances = gpu_bundle.default_utterances(quick=args.quick)
+    if args.bundle_only:
+        bundle = gpu_bundle.make_bundle(
+            model,
+            info.fingerprint,
+            args.target,
+            out / "bundle",
+            utterances,
+            with_runtime=args.runtime_kit,
+            part_bytes=args.part_mib * 2**20,
+            kit_python=args.kit_python,
+        )
+        summary = {
+            "bundle": str(out / "bundle"),
+            "bytes": bundle["bytes"],
+            "parts": len(bundle["parts"]),
+            "run": bundle["run"],
+        }
+        if args.archive:  # one xz archive in parts of --part-mib, with the command that unpacks it there
+            summary["transfer"] = {
+                "folder": str(out / "transfer"),
+                **bundle_transfer.archive(out / "bundle", out / "transfer", args.part_mib * 2**20),
+            }
+        print(json.dumps(summary))
+        return 0
+    report = gpu_check.gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs)
+    print(json.dumps(report))
+    return 0 if _passed(report) else 1
+
+
+def _passed(report: dict) -> bool:
+    return report["all_within_tolerance"] and all(u["durations_equal_cpu"] for u in report["utterances"])

@@ -9,6 +9,8 @@ shareable executed copies come from `kokoro-tvm pipeline` under outputs/.
 
 from __future__ import annotations
 
+import argparse
+import subprocess
 import sys
 
 from kokoro_tvm.paths import REPO_ROOT
@@ -37,3 +39,7 @@ def lab_command(*extra: str, root=REPO_ROOT) -> list[str]:
         "--ServerApp.default_url=/lab/tree/notebooks",
         *extra,
     ]
+
+
+def run(args: argparse.Namespace) -> int:
+    return subprocess.call(lab_command(*args.jupyter_args))

@@ -1,4 +1,4 @@
-"""A check bundle (kokoro_tvm.tools.gpu_bundle) as an xz archive cut into parts, for a machine that takes a
+"""A check bundle (kokoro_tvm.commands.gpu_bundle) as an xz archive cut into parts, for a machine that takes a
 limited size per copy (a lent GPU machine: 64 MiB per command).
 
 `archive(bundle, dest, part_bytes)` writes `bundle.tar.xz.000`, `.001`, ... (each at most `part_bytes`) and

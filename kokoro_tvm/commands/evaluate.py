@@ -1,4 +1,4 @@
-"""`kokoro-tvm evaluate`: notebook 07's comparison (kokoro_tvm.studies.audio_comparison: every metric against
+"""`kokoro-tvm evaluate`: notebook 07's comparison (kokoro_tvm.evaluation.backends: every metric against
 pt.dynamic, Whisper's WER included) over many sentences and voices, one Dask task per sentence and voice.
 
 - Work: `plan_tasks` turns sentences x voices into tasks (a sentence's index is its position in the source, so a
@@ -16,6 +16,7 @@ pt.dynamic, Whisper's WER included) over many sentences and voices, one Dask tas
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import logging
@@ -28,13 +29,14 @@ from pathlib import Path
 from kokoro_tvm.components import precision_list
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.evaluation.backends import REFERENCE, Speakers, compare_backends, pick_sentences
 from kokoro_tvm.evaluation.results_table import ResultTable, summarize, task_key
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import load_voice
+from kokoro_tvm.report import records
 from kokoro_tvm.runtime.audio_io import read_wav, write_wav
 from kokoro_tvm.runtime.devices import cpu_share, usable_cpus
 from kokoro_tvm.scale.cluster import IN_PROCESS, LOCAL, check_workers, completed, dask_client
-from kokoro_tvm.studies.audio_comparison import REFERENCE, Speakers, compare_backends, pick_sentences
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +205,22 @@ def _run_on_cluster(tasks: list[Task], results: _Results, seed: int, threads: in
     return failed, sizes
 
 
+def _run_tasks(todo, results, seed: int, threads, scheduler, workers, backends, progress: bool):
+    """Run `todo` in this process or on the cluster: (where it ran, {key: error} of the failed, bytes per task
+    through Dask or None)."""
+    if not todo:
+        return "nowhere: every task was done", {}, None
+    if workers == 0 or scheduler == IN_PROCESS:
+        return "in process", _run_serial(todo, results, seed, threads or cpu_share(), progress), None
+    local = scheduler in (None, LOCAL)
+    with dask_client(scheduler, workers, memory_gb=worker_memory_gb(backends)) as client:
+        n_workers = len(check_workers(client))
+        where = f"local cluster of {n_workers} workers" if local else scheduler
+        # workers x threads = cores on the local cluster; a remote worker's share is the caller's --threads
+        per_task = threads or (max(1, usable_cpus() // n_workers) if local else 1)
+        return where, *_run_on_cluster(todo, results, seed, per_task, client, progress)
+
+
 def evaluate(
     sentences: str | list[str] = CORPUS,
     out: Path | str = "outputs/evaluate",
@@ -244,19 +262,7 @@ def evaluate(
         key=lambda task: ("tvm_exact" not in task.backends, -len(task.text)),
     )
     start = time.perf_counter()
-    sizes = None  # bytes per task through Dask (cluster runs)
-    if not todo:
-        where, failed = "nowhere: every task was done", {}
-    elif workers == 0 or scheduler == IN_PROCESS:
-        where, failed = "in process", _run_serial(todo, results, seed, threads or cpu_share(), progress)
-    else:
-        local = scheduler in (None, LOCAL)
-        with dask_client(scheduler, workers, memory_gb=worker_memory_gb(backends)) as client:
-            n_workers = len(check_workers(client))
-            where = f"local cluster of {n_workers} workers" if local else scheduler
-            # workers x threads = cores on the local cluster; a remote worker's share is the caller's --threads
-            per_task = threads or (max(1, usable_cpus() // n_workers) if local else 1)
-            failed, sizes = _run_on_cluster(todo, results, seed, per_task, client, progress)
+    where, failed, sizes = _run_tasks(todo, results, seed, threads, scheduler, workers, backends, progress)
     keys = {task.key for task in tasks}
     rows = [row for row in table.read() if task_key(row["voice"], row["sentence"]) in keys]
     record = {
@@ -274,3 +280,35 @@ def evaluate(
     (Path(out) / "summary.json").parent.mkdir(parents=True, exist_ok=True)
     (Path(out) / "summary.json").write_text(json.dumps(record, indent=1, default=str))
     return record
+
+
+SUMMARY_COLUMNS = ["backend", "sentences", "same_length", "pesq_wb", "stoi", "log_mel_l1", "wer_mean", "wer"]
+
+
+def run(args: argparse.Namespace) -> int:
+    voices = tuple(v.strip() for v in args.voices.split(",") if v.strip())
+    if not voices:
+        raise InputError("--voices takes one or more voice names, comma-separated")
+    record = evaluate(
+        args.sentences,
+        args.out,
+        voices,
+        args.precisions,
+        args.limit,
+        args.scheduler,
+        args.workers,
+        args.threads,
+        progress=not args.quiet,
+        wav_dir=f"{args.out}/wav" if args.wavs else None,
+    )
+    if args.json:
+        print(json.dumps(record, default=str))
+        return 0
+    print(
+        f"{record['tasks']} tasks: {record['ran']} run, {record['skipped']} already done, {len(record['failed'])} "
+        f"failed; {record['seconds']:.1f} s on {record['where']}; table: {args.out}/rows/"
+    )
+    for key, error in record["failed"].items():
+        print(f"failed {key}: {error}")
+    print(records.markdown_table(record["summary"], SUMMARY_COLUMNS))
+    return 0 if not record["failed"] else 1

@@ -1,14 +1,11 @@
-"""Kernel studies behind NOTES/performance.md and notebook 08: the conv kernels alone against the libraries'
-(`conv_peak`: our fp32, bf16 and int8 convs against PyTorch's oneDNN and FBGEMM), where a component's time
-goes by kernel group (`kernel_time_split`), and how close its packed convs run to the rate this CPU issues their
-instruction at (`conv_rates`, `instruction_peak`). `python -m kokoro_tvm.studies.benchmark --conv-peak`,
-`--kernel-split COMPONENT:LENGTH` and `--conv-rates COMPONENT:LENGTH` print one JSON line of each."""
+"""`kokoro-tvm bench` on our kernels (NOTES/performance.md, notebook 08): the conv kernels alone against the
+libraries' (`--conv-peak`, `conv_peak`: our fp32, bf16 and int8 convs against PyTorch's oneDNN and FBGEMM), where
+a component's time goes by kernel group (`--kernel-split`, `kernel_time_split`), and how close its packed convs run
+to the rate this CPU issues their instruction at (`--conv-rates`, `conv_rates`, `instruction_peak`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import time
 import warnings
 
 import numpy as np
@@ -16,11 +13,11 @@ import numpy as np
 from kokoro_tvm.compiler.pipeline import aligned_conv_rows
 from kokoro_tvm.compiler.symbolic import tile_count
 from kokoro_tvm.compiler.targets import host_target
-from kokoro_tvm.components import get_precision
-from kokoro_tvm.errors import KokoroTVMError
+from kokoro_tvm.components import NAMES, get_precision
+from kokoro_tvm.errors import InputError
 from kokoro_tvm.runtime.profile import kernel_seconds, kernel_split
 from kokoro_tvm.runtime.vm import ComponentRunner
-from kokoro_tvm.tools.bench import median_interleaved, set_threads
+from kokoro_tvm.timing import interleaved, median_interleaved, set_threads
 
 
 def _torch_int8_conv(x, w, padding: int, dilation: int):
@@ -177,11 +174,7 @@ def instruction_peak(kind: str, threads: int = 2, steps: int = 4_000_000, runs: 
     function = peak_loop(kind, threads)[PACKED_STEPS[kind].mark]
     out = tvm.runtime.tensor(np.zeros((threads, PEAK_CHAINS * LANES), PACKED_STEPS[kind].accumulator))
     function(out, 1000)  # threads up
-    best = float("inf")
-    for _ in range(runs):
-        start = time.perf_counter()
-        function(out, steps)
-        best = min(best, time.perf_counter() - start)
+    best = min(interleaved({kind: lambda: function(out, steps)}, runs, warmup=0)[kind])
     return threads * steps * PEAK_CHAINS * PACKED_STEPS[kind].operations / best
 
 
@@ -194,6 +187,36 @@ def _packed_operands(args, kind: str):
     weights = packed[0] if kind == "int8" else packed[-1]
     o, groups, taps, width = (int(d) for d in weights.shape)
     return o, groups * width, taps, int(args[-1].shape[-1])
+
+
+def _rates(calls: dict[str, list], seconds: dict[str, float], peaks: dict[str, float]) -> tuple[dict, list]:
+    """Per packed kind, its convs' operations, seconds and rate against the kind's peak; and every conv function."""
+    record, functions = {}, []
+    for kind in peaks:
+        mine = {name: sum(ops) for name, (k, ops) in calls.items() if k == kind}
+        if not mine:
+            continue
+        total_ops, total_s = sum(mine.values()), sum(seconds[name] for name in mine)
+        peak = peaks[kind]
+        record[kind] = {
+            "calls": sum(len(calls[n][1]) for n in mine),
+            "gop": total_ops / 1e9,
+            "seconds": total_s,
+            "gops": total_ops / total_s / 1e9,
+            "peak_gops": peak / 1e9,
+            "share_of_peak": total_ops / total_s / peak,
+        }
+        functions += [
+            {
+                "function": name,
+                "kind": kind,
+                "calls": len(calls[name][1]),
+                "seconds": seconds[name],
+                "gops": ops / seconds[name] / 1e9,
+            }
+            for name, ops in mine.items()
+        ]
+    return record, functions
 
 
 def conv_rates(
@@ -236,96 +259,46 @@ def conv_rates(
     runner.vm.set_instrument(lambda *args: int(tvm.relax.VMInstrumentReturnKind.NO_OP))
     seconds = kernel_seconds(runner, tensors, runs)
     record = {"component": component, "length": length, "precision": precision, "threads": threads, "runs": runs}
-    functions = []
-    for kind in PACKED_STEPS:
-        mine = {name: sum(ops) for name, (k, ops) in calls.items() if k == kind}
-        if not mine:
-            continue
-        total_ops, total_s = sum(mine.values()), sum(seconds[name] for name in mine)
-        peak = peaks[kind]
-        record[kind] = {
-            "calls": sum(len(calls[n][1]) for n in mine),
-            "gop": total_ops / 1e9,
-            "seconds": total_s,
-            "gops": total_ops / total_s / 1e9,
-            "peak_gops": peak / 1e9,
-            "share_of_peak": total_ops / total_s / peak,
-        }
-        functions += [
-            {
-                "function": name,
-                "kind": kind,
-                "calls": len(calls[name][1]),
-                "seconds": seconds[name],
-                "gops": ops / seconds[name] / 1e9,
-            }
-            for name, ops in mine.items()
-        ]
-    record["functions"] = sorted(functions, key=lambda f: -f["seconds"])
+    rates, functions = _rates(calls, seconds, peaks)
+    record.update(rates, functions=sorted(functions, key=lambda f: -f["seconds"]))
     return record
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`python -m kokoro_tvm.studies.benchmark --conv-peak [--steps N --channels C --taps K --dilation D]`: one
-    JSON line of conv_peak; `--kernel-split COMPONENT:LENGTH [--precision fp32,bf16]`: one JSON line of
-    kernel_time_split on the resolved weights; `--conv-rates COMPONENT:LENGTH [--precision int8]` (one precision,
-    int8 unless given): one JSON line of conv_rates (NOTES/performance.md quotes all three)."""
+def _loaded_model():
+    import torch
 
-    parser = argparse.ArgumentParser(prog="python -m kokoro_tvm.studies.benchmark")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--conv-peak", action="store_true")
-    mode.add_argument("--kernel-split", metavar="COMPONENT:LENGTH")
-    mode.add_argument("--conv-rates", metavar="COMPONENT:LENGTH")
-    parser.add_argument("--precision", default="fp32,bf16")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=48_000)
-    parser.add_argument("--channels", type=int, default=128)
-    parser.add_argument("--taps", type=int, default=7)
-    parser.add_argument("--dilation", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args(argv)
-    precisions = ["int8"] if args.conv_rates and args.precision == "fp32,bf16" else args.precision.split(",")
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    return load_kmodel(None, dtype=torch.float32)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """`kokoro-tvm bench --conv-peak [--steps N --channels C --taps K --dilation D]`: conv_peak;
+    `--kernel-split COMPONENT:LENGTH [--precision fp32,bf16]`: kernel_time_split on the resolved weights;
+    `--conv-rates COMPONENT:LENGTH [--precision int8]` (one precision, int8 unless given): conv_rates. Each a record
+    (NOTES/performance.md quotes all three). A precision this CPU cannot run is one line, before any build."""
+    from kokoro_tvm.compiled import check_precision
+
+    default = "int8" if args.conv_rates else "fp32,bf16"
+    precisions = (args.precision or default).split(",")
     if args.conv_rates and (len(precisions) > 1 or get_precision(precisions[0]).arithmetic == "full"):
-        parser.error(
+        raise InputError(
             "--conv-rates times one build's packed bf16 or int8 convolutions (--precision bf16 or int8); "
             "an fp32 build's time by kernel group is --kernel-split COMPONENT:LENGTH --precision fp32"
         )
-    if args.conv_rates or args.kernel_split:
-        from kokoro_tvm.compiled import check_precision
-
-        try:  # a name that does not exist, or bf16/int8 on a CPU without AVX512_BF16/VNNI: one line, no build
-            for name in precisions:
-                check_precision(name)
-        except KokoroTVMError as exc:
-            parser.error(str(exc))
+    if not args.conv_rates and not args.kernel_split:
+        return conv_peak(args.threads, args.steps, args.runs, args.channels, args.taps, args.dilation)
+    for name in precisions:  # a name that does not exist, or bf16/int8 on a CPU without AVX512_BF16/VNNI
+        check_precision(name)
+    component, length = _component_length(args.conv_rates or args.kernel_split)
+    model, weights = _loaded_model()
     if args.conv_rates:
-        import torch
-
-        from kokoro_tvm.weights.resolve import load_kmodel
-
-        component, length = args.conv_rates.split(":")
-        model, weights = load_kmodel(None, dtype=torch.float32)
-        precision = precisions[0]
-        print(
-            json.dumps(
-                conv_rates(model, weights.fingerprint, component, int(length), precision, args.runs, args.threads)
-            )
-        )
-        return
-    if args.kernel_split:
-        import torch
-
-        from kokoro_tvm.weights.resolve import load_kmodel
-
-        component, length = args.kernel_split.split(":")
-        model, weights = load_kmodel(None, dtype=torch.float32)
-        record = kernel_time_split(
-            model, weights.fingerprint, component, int(length), precisions, args.runs, args.threads
-        )
-        print(json.dumps(record))
-        return
-    print(json.dumps(conv_peak(args.threads, args.steps, args.runs, args.channels, args.taps, args.dilation)))
+        return conv_rates(model, weights.fingerprint, component, length, precisions[0], args.runs, args.threads)
+    return kernel_time_split(model, weights.fingerprint, component, length, precisions, args.runs, args.threads)
 
 
-if __name__ == "__main__":
-    main()
+def _component_length(spec: str) -> tuple[str, int]:
+    component, _, length = spec.partition(":")
+    if component not in NAMES or not length.isdigit():
+        raise InputError(f"expected COMPONENT:LENGTH with a component of {', '.join(NAMES)}, got {spec!r}")
+    return component, int(length)

@@ -1,8 +1,9 @@
-"""`kokoro-tvm bench`: TVM and the peers a user would pick instead (`tools.peers`: PyTorch eager, `torch.compile`, ONNX
-Runtime fp32 on our own export, ONNX Runtime on the embedded int8 export, kokoro-onnx on both, OpenVINO f32 and bf16
-on our own conversion) on the same utterance, in one process, backends interleaved round by round, the median of
-`runs` timed rounds after `warmup` rounds, with the spread (min, max) of the timed rounds, and beside each speed
-what its audio buys (`quality`: durations, log-mel L1 and PESQ-WB against PyTorch fp32, tools.quality).
+"""`kokoro-tvm bench`: TVM and the peers a user would pick instead (kokoro_tvm.peers: PyTorch eager,
+`torch.compile`, ONNX Runtime fp32 on our own export, ONNX Runtime on the embedded int8 export, kokoro-onnx on both,
+OpenVINO f32 and bf16 on our own conversion) on the same utterance, in one process, backends interleaved round by
+round (kokoro_tvm.timing), the median of `runs` timed rounds after `warmup` rounds, with the spread (min, max) of
+the timed rounds, and beside each speed what its audio buys (`quality`: durations, log-mel L1 and PESQ-WB against
+PyTorch fp32, evaluation.quality). `bench --first-audio` is kokoro_tvm.commands.bench_first_audio.
 
 - peers: `peers=("torch", "ort_int8")` picks some (default: all). `torch_compile` and the OpenVINO peers compile
   on their first call, before the rounds (its seconds: `peers[...]["setup_s"]`); `warmup` must be >= 1 with them.
@@ -26,23 +27,26 @@ all backends, so machine noise hits them alike.
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
-import os
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from kokoro_tvm.commands import bench_kernels
+from kokoro_tvm.commands.bench_first_audio import first_audio_record
 from kokoro_tvm.components import TIMED_PRECISIONS, precision_list
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.evaluation.quality import backend_quality
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import ZeroNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
-from kokoro_tvm.tools.quality import backend_quality
+from kokoro_tvm.timing import interleaved, median_interleaved, set_threads
 
 log = logging.getLogger(__name__)
 
@@ -51,49 +55,6 @@ DEFAULT_TEXT = (
     "The old lighthouse keeper climbed the spiral stairs every evening, counting each step aloud, "
     "and when he reached the lamp he wiped the glass until it shone like the morning sea."
 )
-
-
-def _timed(fn: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-# Seconds of idle before each backend's call. A thread pool spins for a while after its work (torch's OpenMP
-# workers, ONNX Runtime's, TVM's) on the cores the next backend starts on: `--conv-peak` timed our int8 conv,
-# which ran straight after PyTorch's, at 502 GOP/s without this pause and at 732 with it (NOTES/performance.md).
-SETTLE_SECONDS = 0.05
-
-
-def interleaved(
-    backends: dict[str, Callable[[], object]], runs: int, warmup: int, settle: float = SETTLE_SECONDS
-) -> dict[str, list[float]]:
-    """Every backend once per round (`warmup` untimed rounds first), `settle` seconds of idle before each
-    call: the seconds of each timed round."""
-    for _ in range(warmup):
-        for fn in backends.values():
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in backends}
-    for _ in range(runs):
-        for name, fn in backends.items():
-            time.sleep(settle)
-            samples[name].append(_timed(fn))
-    return samples
-
-
-def median_interleaved(backends: dict[str, Callable[[], object]], runs: int, warmup: int) -> dict[str, float]:
-    return {name: statistics.median(values) for name, values in interleaved(backends, runs, warmup).items()}
-
-
-def set_threads(threads: int) -> None:
-    """torch's intra-op threads, and TVM's pool size through TVM_NUM_THREADS, which TVM reads when its pool
-    starts (the first parallel kernel of the process). Not `runtime.config_threadpool`: it pins the calling
-    thread to a core, and torch's OpenMP workers, started from that thread later, inherit the pin and end
-    up sharing one core."""
-    import torch
-
-    torch.set_num_threads(threads)
-    os.environ["TVM_NUM_THREADS"] = str(threads)
 
 
 class _Recorder:
@@ -127,7 +88,7 @@ class _Plan:
     @classmethod
     def check(cls, peers, buckets: str, precisions: str, runs: int, warmup: int, threads: int) -> _Plan:
         from kokoro_tvm.compiled import check_precision
-        from kokoro_tvm.tools.peers import COMPILING_PEERS, runnable_peers
+        from kokoro_tvm.peers.catalog import COMPILING_PEERS, runnable_peers
 
         if runs < 1 or warmup < 0 or threads < 1:
             raise InputError("runs and threads must be >= 1 and warmup >= 0")
@@ -169,8 +130,8 @@ def bench(
     import torch
 
     from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.peers.catalog import make_peer
     from kokoro_tvm.reference.pt_dynamic import run_stages
-    from kokoro_tvm.tools.peers import make_peer
     from kokoro_tvm.weights.resolve import load_kmodel
 
     plan = _Plan.check(peers, buckets, precisions, runs, warmup, threads)
@@ -214,7 +175,7 @@ def _utterance_size(model, chunk, style, reference) -> tuple[float, float]:
     """The utterance's seconds of audio (the reference run's: PyTorch's durations) and GFLOPs, from PyTorch eager."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from kokoro_tvm.tools.peers import TorchEager
+    from kokoro_tvm.peers.catalog import TorchEager
 
     with FlopCounterMode(display=False) as counter:
         TorchEager(model).speak(chunk.padded_ids, style)
@@ -275,7 +236,7 @@ def describe_run(record: dict) -> str:
 
 def backend_rows(record: dict) -> list[dict]:
     """One row per timed backend of a bench record: median, spread, RTF, its time over TVM's, one-time setup, and
-    what its audio buys against PyTorch fp32 (tools.quality)."""
+    what its audio buys against PyTorch fp32 (evaluation.quality)."""
     rows = []
     for name, rtf in record["rtf"].items():
         peer = record["peers"].get(name)
@@ -332,3 +293,32 @@ def _per_component(model, compiled, recorded: dict, runs: int, warmup: int) -> d
                 "build_s": sum(build.values()) if build else None,
             }
     return result
+
+
+def print_record(record: dict, one_line: bool) -> int:
+    print(json.dumps(record) if one_line else json.dumps(record, indent=1))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from kokoro_tvm.peers.catalog import parse_peers  # (deferred: torch, which the other commands may not need)
+
+    if args.conv_peak or args.kernel_split or args.conv_rates:
+        return print_record(bench_kernels.run(args), args.json)
+    args.precision = args.precision or "fp32"
+    if args.first_audio:
+        return print_record(first_audio_record(args), args.json)
+    record = bench(
+        args.text or DEFAULT_TEXT,
+        voice=args.voice,
+        threads=args.threads,
+        runs=args.runs,
+        warmup=args.warmup,
+        weights=args.weights,
+        components=not args.no_components,
+        buckets=args.buckets,
+        peers=parse_peers(args.peers),
+        precisions=args.precision,
+        language=args.lang,
+    )
+    return print_record(record, args.json)

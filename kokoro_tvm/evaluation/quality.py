@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from kokoro_tvm import marks
 from kokoro_tvm.evaluation import metrics
 
 SAME_NOISE_PEERS = ("openvino_f32", "openvino_bf16")  # peers that take the SineGen noise as inputs
-MIN_PESQ = 4.3  # PESQ-WB our bf16 and int8 builds keep on every notebook-07 sentence (NOTES/performance.md)
+MIN_PESQ = marks.REDUCED_PESQ_WB  # a peer leads only where it keeps the bar our reduced-precision builds keep
 
 
 def audio_quality(reference, audio, durations=None) -> dict:

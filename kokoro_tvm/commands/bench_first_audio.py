@@ -20,6 +20,7 @@ Backends:
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
 import time
@@ -34,7 +35,7 @@ from kokoro_tvm.frontend.g2p import spacy_model_from_package
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.synthesis import TVMBackend, synthesize, synthesize_stream
-from kokoro_tvm.tools.bench import SETTLE_SECONDS, set_threads
+from kokoro_tvm.timing import SETTLE_SECONDS, set_threads
 
 # Four held-out sentences (Harvard lists; not the text any schedule was tuned on), about 10 s of speech.
 DEFAULT_PARAGRAPH = (
@@ -95,7 +96,7 @@ class KokoroOnnxStream:
     one), drained piece by piece so each piece's arrival is timed as it comes."""
 
     def __init__(self, voice, threads: int, onnx_path=None):
-        from kokoro_tvm.tools.peers import kokoro_onnx
+        from kokoro_tvm.peers.catalog import kokoro_onnx
 
         self.kokoro, self.voice = kokoro_onnx(voice, threads, onnx_path), voice.name
 
@@ -130,7 +131,7 @@ def first_audio(
     import torch
 
     from kokoro_tvm.compiled import check_precision, compiled_kokoro
-    from kokoro_tvm.tools.peers import onnx_fp32_export
+    from kokoro_tvm.peers.catalog import onnx_fp32_export
     from kokoro_tvm.weights.resolve import load_kmodel
 
     if runs < 1 or warmup < 0 or threads < 1:
@@ -188,3 +189,19 @@ def _summary(rounds: list[dict]) -> dict:
         "underruns_worst": max(r["underruns"] for r in rounds),
         "gap_s_worst": max(r["gap_s"] for r in rounds),
     }
+
+
+def first_audio_record(args: argparse.Namespace) -> dict:
+    peers = {"all": STREAM_PEERS, "none": ()}.get(args.peers.strip())
+    if peers is None:
+        peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    return first_audio(
+        args.text or DEFAULT_PARAGRAPH,
+        voice=args.voice,
+        threads=args.threads,
+        runs=args.runs,
+        warmup=args.warmup,
+        precisions=args.precision,
+        peers=peers,
+        weights=args.weights,
+    )

@@ -1,4 +1,4 @@
-"""Check bundles: what a device check carries to the machine with the device (kokoro_tvm.tools.gpu_check runs
+"""Check bundles: what a device check carries to the machine with the device (kokoro_tvm.commands.gpu_check runs
 and scores it).
 
 - `make_bundle`: speak a few utterances with the CPU fp32 build (the runtime's default symbolic-length builds),
@@ -15,20 +15,18 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.commands.runtime_kit import runtime_kit
 from kokoro_tvm.compiler.targets import host_target, target_for
 from kokoro_tvm.components import NAMES
 from kokoro_tvm.config import SAMPLES_PER_FRAME
-from kokoro_tvm.errors import InputError, ResourceError, UnsupportedError
+from kokoro_tvm.errors import InputError, UnsupportedError
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
@@ -120,69 +118,6 @@ def check_device(device: str) -> None:
         )
 
 
-def runtime_kit(dest: Path, python: str | None = None) -> int:
-    """TVM's runtime as Python packages (tvm without its compiler library, sources or headers; tvm_ffi) under
-    `dest`; returns its size in bytes. Used with TVM_USE_RUNTIME_LIB=1 and PYTHONPATH=dest on Linux x86-64.
-    tvm is pure Python around its libraries; tvm_ffi has a CPython extension, so for another Python
-    (`python="3.12"`) its wheel of the same version is fetched from the package index (pip download)."""
-    import tvm
-    import tvm_ffi
-
-    skip = shutil.ignore_patterns("3rdparty", "src", "include", "web", "__pycache__", "libtvm_compiler.so")
-    for package in (tvm, tvm_ffi):
-        source = Path(package.__file__).parent
-        shutil.copytree(source, Path(dest) / source.name, ignore=skip, dirs_exist_ok=True)
-    if python is not None and python != f"{sys.version_info.major}.{sys.version_info.minor}":
-        shutil.rmtree(Path(dest) / "tvm_ffi")
-        with tempfile.TemporaryDirectory(prefix="kit-wheel-") as folder:
-            wheel = _download_wheel("apache-tvm-ffi", tvm_ffi.__version__, python, Path(folder))
-            _unpack_wheel(wheel, Path(dest), "tvm_ffi/")
-    return sum(p.stat().st_size for p in Path(dest).rglob("*") if p.is_file())
-
-
-# The manylinux tags a kit's wheel may carry (pip matches each exactly).
-_PLATFORMS = (
-    "manylinux_2_28_x86_64",
-    "manylinux_2_27_x86_64",
-    "manylinux_2_24_x86_64",
-    "manylinux_2_17_x86_64",
-    "manylinux2014_x86_64",
-)
-
-
-def _download_wheel(name: str, version: str, python: str, folder: Path) -> Path:
-    platforms = [arg for tag in _PLATFORMS for arg in ("--platform", tag)]
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--python-version",
-        python,
-        "--implementation",
-        "cp",
-        *platforms,
-        "-d",
-        str(folder),
-        f"{name}=={version}",
-    ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    wheels = list(folder.glob("*.whl"))
-    if done.returncode != 0 or len(wheels) != 1:
-        reason = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
-        raise ResourceError(f"no {name}=={version} wheel for Python {python} on Linux x86-64: {reason}")
-    return wheels[0]
-
-
-def _unpack_wheel(wheel: Path, dest: Path, prefix: str) -> None:
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(dest, members=[m for m in archive.namelist() if m.startswith(prefix)])
-    for library in dest.joinpath(prefix).rglob("*.so"):
-        library.chmod(0o755)
-
-
 def make_bundle(
     model,
     weights_fingerprint: str,
@@ -195,10 +130,9 @@ def make_bundle(
     part_bytes: int = PART_BYTES,
     kit_python: str | None = None,
 ) -> dict:
-    """Write a check bundle for `device` into `folder` (see the module docstring); returns bundle.json's content
-    with the bundle's size. `model` is the fp32 KModel of `weights_fingerprint`; `part_bytes`: the most one
-    copy to the device's machine carries (bundle.json 'parts'); `kit_python`: the Python version ("3.12") of
-    the machine that runs the bundle with its runtime kit (default this one's)."""
+    """Write a check bundle for `device` into `folder` (module docstring); returns bundle.json's content and size.
+    `model`: the fp32 KModel of `weights_fingerprint`; `part_bytes`: the most one copy to the device's machine
+    carries (bundle.json 'parts'); `kit_python`: the Python ("3.12") that runs the runtime kit (default: this)."""
     check_device(device)
     folder = Path(folder)
     if (folder / "bundle.json").exists():

@@ -1,5 +1,6 @@
 """What a user would run instead of TVM, each as a `speak(padded_ids, style, speed) -> audio` callable, so that
-`benchmark.bench` times them all in one process, interleaved, on the same utterance and threads.
+`kokoro-tvm bench` (kokoro_tvm.commands.bench) times them all in one process, interleaved, on the same utterance
+and threads.
 
 - `torch`: stock `KModel.forward_with_tokens`, fp32 eager (what kokoro users run).
 - `torch_compile`: the same forward through `torch.compile` (inductor, static shapes: one compile per utterance
@@ -14,7 +15,7 @@
   and on our fp32 export, the voice from the official pack, on our G2P's phonemes (`is_phonemes=True`).
 - `openvino_f32`, `openvino_bf16`: OpenVINO's CPU plugin on our own conversion of the same weights, in parts
   around the host-side durations, shapes fixed per utterance, Snake's sine as a polynomial
-  (kokoro_tvm.tools.openvino_peer). Like `torch_compile`, the first call converts and compiles (`compile_s`).
+  (kokoro_tvm.peers.openvino). Like `torch_compile`, the first call converts and compiles (`compile_s`).
 
 Every ONNX Runtime session gets `threads` intra-op workers that do not spin (an idle spinning pool would burn a
 core while the next backend runs).
@@ -33,7 +34,7 @@ from kokoro_tvm import paths
 from kokoro_tvm.compiled import check_precision, runs_here
 from kokoro_tvm.config import load_vocab
 from kokoro_tvm.errors import InputError
-from kokoro_tvm.tools.openvino_peer import OpenVinoKokoro
+from kokoro_tvm.peers.openvino import OpenVinoKokoro
 from kokoro_tvm.weights.resolve import embedded_onnx
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,66 @@
+"""The README says what the NOTES record: each headline number is one its NOTES file's current state gives, the
+README stays short, and "Two commands" lists two. Unit tier: reads files only."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+MAX_README_BYTES = 8 * 1024  # what it is, the two commands, one table of numbers, links: history lives in git
+MAX_STATE_LINES = 45  # one screen: each NOTES file opens with its current state
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.]*\d)")
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(f"\n{heading}\n") + len(heading) + 2
+    end = text.find("\n## ", start)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _headline_rows() -> list[dict]:
+    lines = [line for line in _section(README, "## Headline numbers").splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
+
+
+def _current_state(note: str) -> str:
+    return _section((ROOT / "NOTES" / note).read_text(), "## Current state")
+
+
+def test_the_readme_is_short_and_its_two_commands_are_two():
+    assert len(README.encode()) <= MAX_README_BYTES
+    commands = _section(README, "## Two commands")
+    assert re.findall(r"^make \w+", commands, flags=re.M) == ["make run", "make test"]
+
+
+ROWS = _headline_rows()
+
+
+def _unrecorded(row: dict) -> list[str]:
+    """The numbers of the row's `number` cell that the current state of the NOTES file it links does not give
+    (as written there: a rounding or a stale copy is not found), and its machine if that state does not name it."""
+    (note,) = re.findall(r"\(NOTES/([\w.]+\.md)\)", row["notes"])
+    state = _current_state(note)
+    found = set(NUMBER.findall(state))
+    missing = [n for n in NUMBER.findall(row["number"]) if n not in found]
+    machine = row["machine"].replace("2-core ", "").replace("AMD EPYC ", "")
+    return missing + ([machine] if machine != "any" and machine not in state else [])
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{i}:{r['what'][:30]}" for i, r in enumerate(ROWS)])
+def test_every_headline_number_is_the_one_its_notes_record(row):
+    assert NUMBER.findall(row["number"]), row
+    assert _unrecorded(row) == []
+
+
+def test_the_check_catches_a_number_or_machine_the_notes_do_not_give():
+    """Not vacuous: a row with one number its note lacks, one its note gives only to fewer digits, and a machine it
+    does not name is caught on all three counts."""
+    row = {
+        "number": "int8 1.25 s, 9.876 s, RTF 0.1221",
+        "machine": "2-core Apple M4",
+        "notes": "(NOTES/performance.md)",
+    }
+    assert _unrecorded(row) == ["9.876", "0.1221", "Apple M4"]  # 1.25 is recorded; 0.122 is, 0.1221 is not
