@@ -217,6 +217,11 @@ def _dask(*args: str, log: Path) -> subprocess.Popen:
     return subprocess.Popen([str(dask), *args], stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def _scheduler(address: str, log: Path) -> subprocess.Popen:
+    """A real `dask scheduler` on this machine's loopback, at `address`'s port."""
+    return _dask("scheduler", "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard", log=log)
+
+
 def _stop(*processes: subprocess.Popen) -> None:
     for process in processes:
         if process.poll() is None:
@@ -234,15 +239,7 @@ def test_a_cluster_without_workers_stops_the_run_instead_of_hanging(tmp_path, mo
 
     monkeypatch.setattr(cluster, "WORKER_WAIT_S", 3)
     address = f"tcp://127.0.0.1:{_free_port()}"
-    scheduler = _dask(
-        "scheduler",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        address.rsplit(":", 1)[1],
-        "--no-dashboard",
-        log=tmp_path / "scheduler.log",
-    )
+    scheduler = _scheduler(address, log=tmp_path / "scheduler.log")
     worker = None
     try:
         with Client(address, timeout=30) as client:
@@ -287,15 +284,7 @@ def test_a_killed_worker_loses_nothing(tmp_path):
     address = f"tcp://127.0.0.1:{_free_port()}"
     env_log = tmp_path / "logs"
     env_log.mkdir()
-    scheduler = _dask(
-        "scheduler",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        address.rsplit(":", 1)[1],
-        "--no-dashboard",
-        log=env_log / "scheduler.log",
-    )
+    scheduler = _scheduler(address, log=env_log / "scheduler.log")
     workers = [
         _dask("worker", address, "--nthreads", "1", "--no-dashboard", "--no-nanny", log=env_log / f"worker{i}.log")
         for i in range(2)

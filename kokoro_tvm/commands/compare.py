@@ -104,8 +104,6 @@ def compare_text(
 
 
 def run(args: argparse.Namespace) -> int:
-    from kokoro_tvm.commands.compare import compare_text  # (deferred: Whisper and the reference model)
-
     record = compare_text(
         args.text,
         voice=args.voice,
