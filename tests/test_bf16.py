@@ -294,12 +294,31 @@ def test_peer_lists():
 
     assert parse_peers(None) == parse_peers("all")
     left_out = set(PEERS) - set(parse_peers("all"))
-    assert left_out == (set() if runs_here("bf16") else {"openvino_bf16"})  # it would compute in f32 there
+    assert left_out == (set() if runs_here("bf16") else {"openvino_bf16", "torch_bf16"})  # f32 under a bf16 name
     assert parse_peers("none") == ()
     assert parse_peers(" ort_int8, torch ") == ("ort_int8", "torch")
     for bad in ("torch,torch", "", "tensorflow"):
         with pytest.raises(PeerError):
             parse_peers(bad)
+
+
+def test_the_torch_bf16_peer_speaks_in_bf16_and_hands_back_float32():
+    """`bench`'s `torch_bf16` peer is KModel's own forward under CPU autocast: float32 audio of the fp32 forward's
+    length, not the same samples (its convolutions ran in bf16), and a refusal by name where the CPU lacks bf16."""
+    from kokoro_tvm.compiled import runs_here
+    from kokoro_tvm.errors import KokoroTVMError
+    from kokoro_tvm.peers.catalog import TorchBf16, TorchEager, make_peer
+    from kokoro_tvm.weights.resolve import kmodel_skeleton
+
+    torch.manual_seed(0)
+    model = kmodel_skeleton().eval()  # untrained weights: the arithmetic, not the voice, is under test
+    ids, style = [0, 50, 83, 54, 156, 0], np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    fp32, reduced = TorchEager(model).speak(ids, style), TorchBf16(model).speak(ids, style)
+    assert reduced.dtype == torch.float32 and reduced.shape == fp32.shape and torch.isfinite(reduced).all()
+    assert not torch.equal(reduced, fp32)
+    if not runs_here("bf16"):
+        with pytest.raises(KokoroTVMError, match="AVX512_BF16"):
+            make_peer("torch_bf16", model, "w", threads=1)
 
 
 @pytest.mark.parametrize(

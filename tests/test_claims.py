@@ -48,7 +48,7 @@ def test_findings_say_which_do_not_hold():
         claims.findings_markdown([])
 
 
-def _notebook(root, name, findings, metrics=None):
+def _notebook(root, name, findings, metrics=None, conclusion=None):
     folder = root / name
     folder.mkdir()
     record = {
@@ -58,6 +58,7 @@ def _notebook(root, name, findings, metrics=None):
         "git_sha": "abc",
         "time_utc": "2026-01-01T00:00:00+00:00",
         "claims": [c.as_dict() for c in findings],
+        "conclusion": conclusion,
     }
     (folder / "metrics.json").write_text(json.dumps(record))
 
@@ -68,18 +69,20 @@ class _Page(HTMLParser):
 
     def __init__(self, page: str):
         super().__init__()
-        self.tables, self.summaries, self.headings, self._open = [], [], [], []
-        self._text, self._href, self._in = "", None, []
+        self.tables, self.summaries, self.headings, self.conclusions = [], [], [], []
+        self._text, self._href, self._in, self._conclusion = "", None, [], False
         self.feed(page)
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         self._in.append(tag)
+        if tag == "p":
+            self._conclusion = attrs.get("class") == "conclusion"
         if tag == "table":
             self.tables.append({"class": attrs.get("class"), "under": list(self.headings), "rows": []})
         elif tag == "tr":
             self.tables[-1]["rows"].append([])
-        elif tag in ("td", "th", "h2", "h3", "summary"):
+        elif tag in ("td", "th", "h2", "h3", "summary") or (tag == "p" and attrs.get("class") == "conclusion"):
             self._text = ""
         elif tag == "a":
             self._href = attrs.get("href")
@@ -92,6 +95,8 @@ class _Page(HTMLParser):
             self.headings.append(self._text.strip())
         elif tag == "summary":
             self.summaries.append(self._text.strip())
+        elif tag == "p" and self._conclusion:
+            self.conclusions.append((self.headings[-2], self._text.strip()))
         elif tag == "a" and self._href:
             self._text += f" -> {self._href}"
             self._href = None
@@ -107,7 +112,7 @@ def test_the_report_opens_with_the_headline_findings_and_each_section_with_its_o
     _notebook(tmp_path, "01_a", [claims.claim("snr (dB)", 240.0, ">=", 100, note="masking.md", headline=True)])
     speed = claims.claim("speed", 1.5, ">=", 1.2, note="performance.md", full_run=True, fast=True)
     pesq = claims.claim("pesq", 4.1, ">=", 4.4, note="masking.md")
-    _notebook(tmp_path, "02_b", [pesq, speed], metrics={f"m{i}": i for i in range(12)})
+    _notebook(tmp_path, "02_b", [pesq, speed], metrics={f"m{i}": i for i in range(12)}, conclusion="It fails.")
     page = _Page(render_html(build_summary(tmp_path, weights={"source": "embedded", "fingerprint": "f00"})))
     headline, first, second = page.findings()  # the headline table and one per section, in that order
     assert headline["under"] == ["Headline findings"]  # before the run's table, and only the headline claims
@@ -116,6 +121,7 @@ def test_the_report_opens_with_the_headline_findings_and_each_section_with_its_o
     assert second["under"][-2:] == ["02_b", "Findings: 2 findings, 1 failed"]
     assert [row[3] for row in second["rows"][1:]] == ["FAIL", "not assessed (full run only)"]
     assert "Key metrics (12)" in page.summaries  # a long list is folded
+    assert page.conclusions == [("02_b", "It fails.")]  # under its own section's findings; 01_a recorded none
     run = next(t for t in page.tables if t["rows"][0] == ["run", "value"])
     assert ["weights fingerprint", "f00"] in run["rows"] and not any("{" in cell for row in run["rows"] for cell in row)
 

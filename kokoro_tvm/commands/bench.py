@@ -44,6 +44,7 @@ from kokoro_tvm.errors import InputError
 from kokoro_tvm.evaluation.quality import backend_quality
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
+from kokoro_tvm.machine import machine
 from kokoro_tvm.reference.noise import ZeroNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.timing import interleaved, median_interleaved, set_threads
@@ -158,7 +159,7 @@ def bench(
     for variant, runtime in compiled.items():
         speakers[plan.name(variant)] = lambda r=runtime: r.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())
     samples = interleaved(speakers, runs, warmup)
-    record = {"text": text, "voice": pack.name, "threads": threads, "runs": runs}
+    record = {"text": text, "voice": pack.name, "threads": threads, "runs": runs, "machine": machine().as_dict()}
     record["weights_fingerprint"] = info.fingerprint
     size = _utterance_size(model, chunk, style, reference)
     record.update(_timings(plan, samples, setup, first, size, len(chunk.padded_ids)))
@@ -301,14 +302,21 @@ def print_record(record: dict, one_line: bool) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Every `bench` mode prints one record, each with the machine it ran on (kokoro_tvm.machine)."""
+    record = _record(args)
+    record.setdefault("machine", machine().as_dict())
+    return print_record(record, args.json)
+
+
+def _record(args: argparse.Namespace) -> dict:
     from kokoro_tvm.peers.catalog import parse_peers  # (deferred: torch, which the other commands may not need)
 
     if args.conv_peak or args.kernel_split or args.conv_rates:
-        return print_record(bench_kernels.run(args), args.json)
+        return bench_kernels.run(args)
     args.precision = args.precision or "fp32"
     if args.first_audio:
-        return print_record(first_audio_record(args), args.json)
-    record = bench(
+        return first_audio_record(args)
+    return bench(
         args.text or DEFAULT_TEXT,
         voice=args.voice,
         threads=args.threads,
@@ -321,4 +329,3 @@ def run(args: argparse.Namespace) -> int:
         precisions=args.precision,
         language=args.lang,
     )
-    return print_record(record, args.json)

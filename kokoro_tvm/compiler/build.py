@@ -31,7 +31,7 @@ from kokoro_tvm.compiler.converters import to_relax
 from kokoro_tvm.compiler.export import ComponentShape, export_component
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
 from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
-from kokoro_tvm.compiler.targets import DTYPES, check_dtype, host_target
+from kokoro_tvm.compiler.targets import DTYPES, check_dtype, cpu_geometry, host_target
 from kokoro_tvm.components import (
     LENGTH_TILE,
     SYMBOLIC_MAX_LENGTH,
@@ -162,6 +162,9 @@ def key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
         source=build_source_digest(),
         tvm=tvm.__version__,
         target=target,
+        # what the CPU schedules read of the machine (its measured caches included): a build never meets a
+        # cache entry scheduled for another geometry
+        **({"cpu_geometry": asdict(cpu_geometry(target))} if target.get("kind") == "llvm" else {}),
     )
 
 

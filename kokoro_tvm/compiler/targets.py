@@ -3,8 +3,9 @@
 - `host_target()`: LLVM for this CPU (LLVM's host detection names it).
 - `gpu_target(kind)`: Metal (arm64 macOS host) or CUDA (this CPU as the host).
 - `cpu_geometry(target)`: vector width, vector registers and L1 data-cache geometry of an LLVM target, read
-  from the target itself (its features, its `mtriple`, a small table by `mcpu` for the caches), so a build for
-  `-mcpu=haswell` (AVX2) or an aarch64 target is scheduled for that machine, not for the one that builds.
+  from the target itself (its features, its `mtriple`) and, for the caches, from the machine when the target is
+  the machine that builds (kokoro_tvm.machine), else a small table by `mcpu`; so a build for `-mcpu=haswell`
+  (AVX2) or an aarch64 target is scheduled for that machine, not for the one that builds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kokoro_tvm.errors import InputError, UnsupportedError
+from kokoro_tvm.machine import machine
 
 DTYPES = ("float32", "float64")
 GPU_KINDS = ("metal", "cuda")
@@ -141,17 +143,34 @@ def _target_attr(target, name: str):
     return str(value) if value is not None else ""
 
 
+def _is_this_machine(mcpu: str, triple: str) -> bool:
+    """A target for the CPU that builds (the host's LLVM name, no foreign triple): its caches can be read."""
+    import platform
+
+    from tvm.target import codegen
+
+    return mcpu == codegen.llvm_get_system_cpu() and (not triple or triple.startswith(platform.machine()))
+
+
+def _measured_l1() -> tuple[int, int, int] | None:
+    """This machine's L1 data cache (bytes, ways, line) from sysfs (kokoro_tvm.machine), or None without it."""
+    l1 = machine().cache(1)
+    return (l1.bytes, l1.ways, l1.line) if l1 and l1.ways and l1.line else None
+
+
 def cpu_geometry(target) -> CPUGeometry:
     """The geometry of an LLVM target (a tvm.target.Target or its JSON dict). x86: AVX-512 (512-bit, 32
     registers), AVX/AVX2 (256-bit, 16) or SSE (128-bit, 16) by the target's features; AArch64: NEON (128-bit, 32
-    registers; SVE is scheduled as 128-bit NEON)."""
+    registers; SVE is scheduled as 128-bit NEON). The L1 data cache of the machine that builds for itself is
+    read from the machine (sysfs); another CPU's comes from a table by LLVM's name."""
     import tvm
     from tvm.target import codegen
 
     if isinstance(target, dict):
         target = tvm.target.Target(target)
     mcpu, triple = _target_attr(target, "mcpu"), _target_attr(target, "mtriple")
-    l1 = _L1_BY_MCPU.get(mcpu, (32 * 1024, 8, 64))
+    l1 = _measured_l1() if _is_this_machine(mcpu, triple) else None
+    l1 = l1 or _L1_BY_MCPU.get(mcpu, (32 * 1024, 8, 64))
     if triple.startswith(("aarch64", "arm64")):
         return CPUGeometry(128, 32, *l1)
     if codegen.target_has_features(["avx512f"], target):

@@ -3,6 +3,9 @@
 and threads.
 
 - `torch`: stock `KModel.forward_with_tokens`, fp32 eager (what kokoro users run).
+- `torch_bf16`: the same forward under `torch.autocast("cpu", dtype=torch.bfloat16)`, what a user of a CPU with
+  bf16 reaches for (oneDNN runs its convolutions and matmuls in bf16, on AMX where the CPU has it); only on a CPU
+  with AVX512_BF16 (elsewhere autocast's bf16 runs emulated, a slow fp32 peer under a bf16 name).
 - `torch_compile`: the same forward through `torch.compile` (inductor, static shapes: one compile per utterance
   length, like a user who compiles once for a fixed input). Graph breaks (the LSTMs' packed sequences, the
   host-side durations) fall back to eager; everything else is inductor's. The first call compiles: its seconds
@@ -41,6 +44,7 @@ log = logging.getLogger(__name__)
 
 PEERS = (
     "torch",
+    "torch_bf16",
     "torch_compile",
     "ort_fp32",
     "ort_int8",
@@ -51,6 +55,7 @@ PEERS = (
 )
 FP32_PEERS = ("torch", "torch_compile", "ort_fp32", "kokoro_onnx_fp32", "openvino_f32")
 COMPILING_PEERS = ("torch_compile", "openvino_f32", "openvino_bf16")  # compile on their first call
+BF16_PEERS = ("torch_bf16", "openvino_bf16")  # run only where the CPU has AVX512_BF16
 ONNX_OPSET = 17
 
 
@@ -73,12 +78,13 @@ def parse_peers(spec: str | None) -> tuple[str, ...]:
 
 
 def runnable_peers() -> tuple[str, ...]:
-    """Every peer, less OpenVINO bf16 on a CPU without AVX512_BF16 (there OpenVINO computes it in f32: a second
-    f32 peer under a bf16 name), which is said in one log line; asked for by name, it is refused instead."""
+    """Every peer, less the bf16 ones on a CPU without AVX512_BF16 (there OpenVINO computes in f32 and autocast
+    emulates bf16: an fp32 peer under a bf16 name), which is said in one log line; asked for by name, they are
+    refused instead."""
     if runs_here("bf16"):
         return PEERS
-    log.warning("openvino_bf16 left out of the peers: this CPU has no AVX512_BF16 (OpenVINO would compute in f32)")
-    return tuple(p for p in PEERS if p != "openvino_bf16")
+    log.warning("%s left out of the peers: this CPU has no AVX512_BF16", " and ".join(BF16_PEERS))
+    return tuple(p for p in PEERS if p not in BF16_PEERS)
 
 
 def ort_session(path: Path, threads: int | None):
@@ -221,6 +227,15 @@ class TorchEager:
             return self.forward(*torch_inputs(padded_ids, style), speed)[0]
 
 
+class TorchBf16(TorchEager):
+    """`forward_with_tokens` under CPU autocast to bf16 (oneDNN's bf16 kernels, AMX where the CPU has it); the
+    audio comes back as float32, as the other peers'."""
+
+    def speak(self, padded_ids, style: np.ndarray, speed: float = 1.0):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super().speak(padded_ids, style, speed).float()
+
+
 class TorchCompiled(TorchEager):
     """`torch.compile(model.forward_with_tokens)` (inductor). `compile_s` is the first call's time, set by the
     first `speak` (the benchmark's warm-up, outside its timed rounds)."""
@@ -243,6 +258,7 @@ def make_peer(name: str, model, fingerprint: str, threads: int, voice=None):
     also take the voice (frontend.voices.Voice), which their class reads by name."""
     makers = {
         "torch": lambda: TorchEager(model),
+        "torch_bf16": lambda: TorchBf16(model),
         "torch_compile": lambda: TorchCompiled(model),
         "ort_fp32": lambda: OrtFp32(model, fingerprint, threads),
         "ort_int8": lambda: OrtInt8(threads),
@@ -253,6 +269,6 @@ def make_peer(name: str, model, fingerprint: str, threads: int, voice=None):
     }
     if name not in makers:
         raise PeerError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
-    if name == "openvino_bf16":
+    if name in BF16_PEERS:
         check_precision("bf16")  # a CPU without AVX512_BF16: one line, not a silent f32 run
     return makers[name]()

@@ -10,6 +10,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from kokoro_tvm.machine import machine
 from kokoro_tvm.paths import REPO_ROOT, notebook_output_dir
 from kokoro_tvm.report.notebook_runner import NOTEBOOK_DIR, declared_parameters
 from kokoro_tvm.runtime.bundle_runner import cpu_model
@@ -36,7 +37,8 @@ def provenance() -> dict:
     return {
         "git_sha": git_sha(),
         "versions": versions,
-        "machine": {"platform": platform.platform(), "processor": cpu_model(), "cpus": usable_cpus()},
+        "machine": {"platform": platform.platform(), "processor": cpu_model(), "cpus": usable_cpus()}
+        | {"cpu": machine().as_dict()},
         "time_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 

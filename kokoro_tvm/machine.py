@@ -1,0 +1,131 @@
+"""The machine a build or a benchmark runs on, read from the machine itself: the CPU's name, family and model and
+the features our kernels care about from /proc/cpuinfo, its caches (level, size, ways, line, shared by how many
+CPUs) from /sys/devices/system/cpu/cpu0/cache/, and the CPUs this process may use. A virtual machine may give
+its CPU a model number whose LLVM name is another CPU's (an Emerald Rapids guest named `rocketlake`): sysfs
+still gives the caches the guest really has. Where a file is missing (macOS, a container without sysfs) the
+field is None and the caller falls back to what it knew before (kokoro_tvm.compiler.targets' table by LLVM name).
+
+Every bench record carries `machine()` (as `machine`), and every build's cache key carries the geometry the
+schedules read from it (kokoro_tvm.compiler.targets.cpu_geometry).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+CPUINFO = Path("/proc/cpuinfo")
+CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+# /proc/cpuinfo flags that decide which kernels can run, widest last within each family.
+KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512vl", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+
+
+@dataclass(frozen=True)
+class Cache:
+    level: int
+    kind: str  # Data, Instruction or Unified
+    bytes: int
+    ways: int | None
+    line: int | None
+    shared_by: int  # how many CPUs share it (1: private to a core's thread)
+
+
+@dataclass(frozen=True)
+class Machine:
+    cpu: str
+    vendor: str | None = None
+    family: int | None = None
+    model: int | None = None
+    flags: tuple[str, ...] = ()  # the KERNEL_FLAGS this CPU has
+    caches: tuple[Cache, ...] = field(default_factory=tuple)
+    cpus: int = 1
+
+    def cache(self, level: int, kind: str = "Data") -> Cache | None:
+        """The level-`level` cache that holds `kind` (Unified caches hold both), or None if sysfs did not say."""
+        return next((c for c in self.caches if c.level == level and c.kind in (kind, "Unified")), None)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def key(self) -> str:
+        """A short name for this CPU as a build or a tuning record cares about it (not its clock or core count)."""
+        facts = {k: v for k, v in self.as_dict().items() if k != "cpus"}
+        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _cpuinfo_fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor's block is enough: every core of one machine is the same CPU
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
+def _size(text: str) -> int:
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    text = text.strip()
+    return int(text[:-1]) * units[text[-1]] if text and text[-1] in units else int(text)
+
+
+def _shared_by(cpu_list: str) -> int:
+    count = 0
+    for part in cpu_list.strip().split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1 if low else 0
+    return max(count, 1)
+
+
+def read_caches(folder: Path = CACHE_DIR) -> tuple[Cache, ...]:
+    """Every cache sysfs lists for CPU 0, smallest level first; () where sysfs has none."""
+    caches = []
+    for index in sorted(folder.glob("index[0-9]*")):
+
+        def read(name: str, index=index) -> str | None:
+            path = index / name
+            return path.read_text().strip() if path.is_file() else None
+
+        level, kind, size = read("level"), read("type"), read("size")
+        if not (level and kind and size):
+            continue
+        ways, line, shared = read("ways_of_associativity"), read("coherency_line_size"), read("shared_cpu_list")
+        caches.append(
+            Cache(
+                level=int(level),
+                kind=kind,
+                bytes=_size(size),
+                ways=int(ways) if ways and ways.isdigit() and int(ways) > 0 else None,
+                line=int(line) if line and line.isdigit() else None,
+                shared_by=_shared_by(shared) if shared else 1,
+            )
+        )
+    return tuple(sorted(caches, key=lambda c: (c.level, c.kind)))
+
+
+def read_machine(cpuinfo: Path = CPUINFO, caches: Path = CACHE_DIR) -> Machine:
+    """This machine (module docstring); the arguments are for tests, which give it another machine's files."""
+    fields = _cpuinfo_fields(cpuinfo.read_text()) if cpuinfo.is_file() else {}
+    flags = set(fields.get("flags", "").split())
+    number = fields.get("cpu family"), fields.get("model")
+    return Machine(
+        cpu=fields.get("model name") or platform.processor() or platform.machine(),
+        vendor=fields.get("vendor_id"),
+        family=int(number[0]) if number[0] and number[0].isdigit() else None,
+        model=int(number[1]) if number[1] and number[1].isdigit() else None,
+        flags=tuple(flag for flag in KERNEL_FLAGS if flag in flags),
+        caches=read_caches(caches),
+        cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+    )
+
+
+@functools.cache
+def machine() -> Machine:
+    """This machine, read once per process."""
+    return read_machine()
