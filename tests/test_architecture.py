@@ -20,6 +20,7 @@ BASE = {
     "components",
     "artifacts",
     "errors",
+    "machine",
     "marks",
     "timing",
     "_packages",

@@ -88,8 +88,8 @@ def conv_peak(
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.bf16 import host_supports_bf16
     from kokoro_tvm.compiler.int8 import host_supports_int8
+    from kokoro_tvm.compiler.passes.align_conv_rows import padded_rows
     from kokoro_tvm.compiler.passes.bf16_convolutions import Bf16Convolutions
-    from kokoro_tvm.compiler.passes.conv_layout import padded_rows
 
     set_threads(threads)
     rng = np.random.default_rng(0)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,8 +146,6 @@ def _target_attr(target, name: str):
 
 def _is_this_machine(mcpu: str, triple: str) -> bool:
     """A target for the CPU that builds (the host's LLVM name, no foreign triple): its caches can be read."""
-    import platform
-
     from tvm.target import codegen
 
     return mcpu == codegen.llvm_get_system_cpu() and (not triple or triple.startswith(platform.machine()))

@@ -6,7 +6,7 @@ reduction, the epilogue (bias, masking, Snake, leaky ReLU...) applied to the til
 spread over the cores. Packed bf16 / int8 convs (kokoro_tvm.compiler.bf16, compiler.int8) have their (columns x
 channel group) step tensorized as one vdpbf16ps or vpdpbusd.
 
-The conv tile assumes the contiguous output axis is a multiple of COLS; kokoro_tvm.compiler.passes.conv_layout's
+The conv tile assumes the contiguous output axis is a multiple of COLS; kokoro_tvm.compiler.passes.align_conv_lengths'
 `AlignConvLengths` arranges that. `Contraction.schedule` reads as its steps: match, tile choice, epilogue
 folding, loop order, epilogue placement, vector and tensorized steps, and the mark that has the epilogue's
 lines prefetched as each tile starts (kokoro_tvm.compiler.passes.EpiloguePrefetch).

@@ -3,14 +3,7 @@ Snake evaluates one per element of every generator activation. It is replaced by
 vectorizes: argument reduction by pi and a Taylor polynomial, both in float64, rounded to float32 at the end
 (truncation error < 1e-11 for |r| <= pi/2, far below float32's half ulp, so results are the correctly rounded
 sine except at rare rounding ties). float64 graphs keep the exact `sin`.
-
-`SnakeSine`: Snake's sin(alpha * x) (every generator activation, arguments of a few radians) in float32
-arithmetic instead, twice the vector lanes and no conversions: pi in three parts (Cody-Waite: k * PI_PARTS[0] and
-k * PI_PARTS[1] are exact for |k| < 2^12, so r = x - k pi keeps float32 accuracy up to |x| ~ 12,800) and a float32
-Taylor polynomial; within 2 ulp (1.3e-7) of the correctly rounded sine (tests/test_cpu_schedule.py). SineGen's
-sines (harmonics of F0: phases of thousands of radians, no alpha) stay with `VectorizableSine`. `terms` and
-`prefixes` serve kokoro_tvm.compiler.bf16, whose Snake is rounded to bf16 next.
-"""
+(kokoro_tvm.compiler.passes.snake_sine rewrites Snake's sines in float32 with the same rewriter.)"""
 
 from __future__ import annotations
 
@@ -20,14 +13,13 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from kokoro_tvm.compiler.passes.base import parameter_names, rewriting_pass
+from kokoro_tvm.compiler.passes.base import rewriting_pass
 
 # Taylor terms r - r^3/3! + ...: in float64, 9 (to r^17/17!: |error| <= (pi/2)^19 / 19! < 1e-11); in float32, 7
 # (to r^13/13!: (pi/2)^15 / 15! < 1e-9, below the float32 rounding of the polynomial's own steps)
 SINE_TAYLOR_TERMS = {"float64": 9, "float32": 7}
 # pi = 3.140625 + 9.67502593994140625e-4 + the rest: the first two have 8 and 12 significant bits
 PI_PARTS = (3.140625, 9.67502593994140625e-4, math.pi - 3.140625 - 9.67502593994140625e-4)
-SNAKE_ALPHA = "alpha"  # Snake's per-channel frequency parameters (alpha1 / alpha2 of the AdaIN resblocks)
 
 
 @mutator
@@ -72,15 +64,3 @@ class SineRewriter(PyExprMutator):
 
 def VectorizableSine():  # noqa: N802 (TVM pass naming)
     return rewriting_pass("VectorizableSine", SineRewriter)
-
-
-def SnakeSine(prefixes: tuple[str, ...] = ("",), terms: int | None = None):  # noqa: N802 (TVM pass naming)
-    """Snake's sin(alpha * x) in the layers of `prefixes` (every Snake by default), in float32 arithmetic with
-    `terms` Taylor terms (module docstring)."""
-    marks = tuple(p.replace(".", "_") for p in prefixes)
-
-    def select(mutator, argument) -> bool:
-        names = parameter_names(mutator, argument, depth=4)
-        return any(SNAKE_ALPHA in name and any(mark in name for mark in marks) for name in names)
-
-    return rewriting_pass("SnakeSine", lambda mod: SineRewriter(mod, "float32", select, terms))
