@@ -12,8 +12,6 @@ schedules read from it (kokoro_tvm.compiler.targets.cpu_geometry).
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -52,11 +50,6 @@ class Machine:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-    def key(self) -> str:
-        """A short name for this CPU as a build or a tuning record cares about it (not its clock or core count)."""
-        facts = {k: v for k, v in self.as_dict().items() if k != "cpus"}
-        return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _cpuinfo_fields(text: str) -> dict[str, str]:
