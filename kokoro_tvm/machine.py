@@ -12,6 +12,8 @@ schedules read from it (kokoro_tvm.compiler.targets.cpu_geometry).
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -50,6 +52,12 @@ class Machine:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Machine:
+        """A machine as `as_dict` wrote it (a bench record's `machine`)."""
+        caches = tuple(Cache(**c) for c in data.get("caches", ()))
+        return cls(**{**data, "flags": tuple(data.get("flags", ())), "caches": caches})
 
 
 def _cpuinfo_fields(text: str) -> dict[str, str]:
@@ -122,3 +130,24 @@ def read_machine(cpuinfo: Path = CPUINFO, caches: Path = CACHE_DIR) -> Machine:
 def machine() -> Machine:
     """This machine, read once per process."""
     return read_machine()
+
+
+def cpu_identity(m: Machine | None = None) -> dict:
+    """What a record is keyed by: the CPU's vendor, family, model, kernel flags and L1 data / L2 caches as the
+    machine reports them (a guest that hides AMX or has another L2 is another CPU to the schedules)."""
+    m = m or machine()
+    l1, l2 = m.cache(1), m.cache(2, "Unified")
+    return {
+        "vendor": m.vendor,
+        "family": m.family,
+        "model": m.model,
+        "flags": list(m.flags),
+        "l1d": [l1.bytes, l1.ways] if l1 else None,
+        "l2": l2.bytes if l2 else None,
+    }
+
+
+def record_name(identity: dict) -> str:
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(identity.get("vendor"), "cpu")
+    return f"{vendor}-f{identity.get('family')}-m{identity.get('model')}-{digest}.json"

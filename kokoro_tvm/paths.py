@@ -18,6 +18,10 @@ from pathlib import Path
 CACHE_ENV = "KOKORO_TVM_CACHE"
 OUTPUTS_ENV = "KOKORO_TVM_OUTPUTS"
 RUN_DIR_ENV = "KOKORO_TVM_RUN_DIR"  # one sweep point's folder: every notebook output of that run goes there
+WEIGHTS_ENV = "KOKORO_TVM_WEIGHTS"  # a weights file (kokoro_tvm.weights.resolve)
+# "off": heuristic CPU schedules; a path: that tuning record; unset: this CPU's (kokoro_tvm.compiler.tuning.record)
+TUNING_ENV = "KOKORO_TVM_TUNING"
+TUNING_RECORDS = Path(__file__).resolve().parent / "data" / "tuning"  # the committed records, one per CPU family
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

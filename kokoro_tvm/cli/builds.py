@@ -19,6 +19,18 @@ def _add_compile(sub) -> None:
     parser.set_defaults(func=command("compile_builds"))
 
 
+def _add_tune(sub) -> None:
+    parser = sub.add_parser("tune", help="measure this CPU's schedules once and write its tuning record")
+    parser.add_argument(
+        "--precision", default="fp32,bf16,int8", help="comma-separated precisions (those this CPU runs; default all)"
+    )
+    parser.add_argument("--budget", type=float, default=360.0, help="seconds of measuring (default 360)")
+    parser.add_argument("--threads", type=positive_int, default=2, help="threads to time with (default 2)")
+    parser.add_argument("--out", help="folder for the record (default: the cache; kokoro_tvm/data/tuning to commit)")
+    add_weights(parser)
+    parser.set_defaults(func=command("tune"))
+
+
 def _add_gpu_build(sub) -> None:
     parser = sub.add_parser("gpu-build", help="build every component for Metal or CUDA; save and check the sources")
     parser.add_argument("--target", choices=("metal", "cuda"), default="metal")
@@ -68,4 +80,4 @@ def _add_gpu_check(sub) -> None:
     parser.set_defaults(func=command("gpu_check"))
 
 
-COMMANDS = (_add_compile, _add_gpu_build, _add_gpu_check)  # each adds its subcommand to `kokoro-tvm`
+COMMANDS = (_add_compile, _add_tune, _add_gpu_build, _add_gpu_check)  # each adds its subcommand to `kokoro-tvm`

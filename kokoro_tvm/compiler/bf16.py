@@ -199,7 +199,7 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
     return builder.emit_te(_conv, xq, wq, dilation, tail, primfunc_name_hint="bf16_conv1d")
 
 
-KERNEL = packed.PackedKernel(group=2, emit=_emit)
+KERNEL = packed.PackedKernel(group=2, emit=_emit, operands="uint16xuint16")
 
 
 # Snake's sine before a bf16 conv (passes.SnakeSine): 6 Taylor terms, error below float32's half ulp at 1; its

@@ -24,14 +24,16 @@ import numpy as np
 import torch
 import tvm
 
-from kokoro_tvm.artifacts import Artifact, ArtifactError, file_sha256, params_digest
-from kokoro_tvm.compiler import bf16, int8, packed
-from kokoro_tvm.compiler.bf16 import require_bf16
+from kokoro_tvm.artifacts import Artifact, ArtifactError, build_source_digest, file_sha256, params_digest
+from kokoro_tvm.compiler import bf16, int8
+from kokoro_tvm.compiler.arithmetic import require_arithmetic
 from kokoro_tvm.compiler.converters import to_relax
 from kokoro_tvm.compiler.export import ComponentShape, export_component
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
 from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
 from kokoro_tvm.compiler.targets import DTYPES, check_dtype, cpu_geometry, host_target
+from kokoro_tvm.compiler.tuning import record as tuning
+from kokoro_tvm.compiler.tuning.record import TuningRecord
 from kokoro_tvm.components import (
     LENGTH_TILE,
     SYMBOLIC_MAX_LENGTH,
@@ -47,29 +49,6 @@ log = logging.getLogger(__name__)
 # Part of every cache key, bumped by hand with a name for a change in what builds compute (its history is git's
 # log of this line); the build-source digest below forces a rebuild after any edit in any case.
 RECIPE_VERSION = "25-phase-rounded-as-pytorch"
-
-# The source that decides what a build computes, relative to the package root: the compiler, the component
-# registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a
-# schedule rule, a converter) never meets an artifact built before it.
-BUILD_SOURCES = ("compiler", "components.py", "reference")
-
-
-def build_source_digest(root: Path | None = None, sources=BUILD_SOURCES) -> str:
-    """sha256 (first 16 hex digits) over the path and bytes of every .py file under `sources` of `root` (the
-    kokoro_tvm package), in sorted order. A comment edit changes it too: a rebuild is cheaper than a stale
-    artifact."""
-    root = Path(root) if root is not None else Path(__file__).resolve().parents[1]
-    files = []
-    for source in sources:
-        path = root / source
-        if not path.exists():
-            raise FileNotFoundError(f"build source {path} is missing: the package is incomplete")
-        files += [path] if path.is_file() else [f for f in path.rglob("*.py") if "__pycache__" not in f.parts]
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -143,7 +122,7 @@ def _key(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
+def key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict, tuning: TuningRecord | None = None) -> dict:
     shape = asdict(spec)
     if not spec.symbolic:
         del shape["symbolic"]  # static keys as before the field existed: their cached artifacts stay valid
@@ -165,6 +144,8 @@ def key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict) -> dict:
         # what the CPU schedules read of the machine (its measured caches included): a build never meets a
         # cache entry scheduled for another geometry
         **({"cpu_geometry": asdict(cpu_geometry(target))} if target.get("kind") == "llvm" else {}),
+        # the measured schedules it was built with (kokoro_tvm.compiler.tuning): a new record rebuilds
+        **({"tuning": tuning.digest()} if tuning is not None else {}),
     )
 
 
@@ -200,7 +181,8 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
     then finds it built), and every file is written under a temporary name and renamed into place, the
     manifest last, so a reader never meets a half-written library."""
     target = target or host_target()
-    fields = key_fields(spec, weights_fingerprint, target)
+    record = tuning.for_target(target)
+    fields = key_fields(spec, weights_fingerprint, target, record)
     folder = cache_folder(spec, fields)
     with cache_lock(folder):
         cached = _valid(folder, fields)  # possibly built by another process while this one waited
@@ -208,7 +190,9 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
             return cached
         library = folder / "component.so"
         model = model if isinstance(model, torch.nn.Module) else model()
-        manifest = _build(model, spec, target, fields, library, _params_path(weights_fingerprint, spec), decomposed)
+        with tuning.using(record):
+            params = _params_path(weights_fingerprint, spec)
+            manifest = _build(model, spec, target, fields, library, params, decomposed)
         tmp = temporary_sibling(folder / "manifest.json")
         tmp.write_text(json.dumps(manifest, indent=1))
         os.replace(tmp, folder / "manifest.json")
@@ -218,15 +202,6 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
 def _params_path(weights_fingerprint: str, spec: BuildSpec) -> Path:
     key = _key({"weights": weights_fingerprint, "component": spec.component, "dtype": spec.dtype})
     return cache_dir() / "params" / f"{spec.component}-{spec.dtype}-{key}.npz"
-
-
-def require_arithmetic(arithmetic: str, target) -> None:
-    """Refuse, in one line, a reduced-precision build for a target without its instructions (bf16: AVX512_BF16;
-    int8: AVX512_VNNI, and AVX512_BF16 for its bf16 layers; the line names every one missing)."""
-    if arithmetic == "bf16":
-        require_bf16(target)
-    elif arithmetic == "int8":
-        packed.require(target, int8.FEATURE, bf16.FEATURE)
 
 
 def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, params: Path, decomposed=None) -> dict:

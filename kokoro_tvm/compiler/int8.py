@@ -255,4 +255,4 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
     return builder.emit_te(_dequantize, acc, correction, row_scale, primfunc_name_hint="int8_dequantize")
 
 
-KERNEL = packed.PackedKernel(group=4, emit=_emit)
+KERNEL = packed.PackedKernel(group=4, emit=_emit, operands="int8xuint8")

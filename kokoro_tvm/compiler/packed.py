@@ -150,3 +150,11 @@ class PackedKernel:
 
     group: int
     emit: Callable
+    operands: str  # its conv's operand dtypes as a tuning class names them: "uint16xuint16", "int8xuint8"
+
+    def tuning_class(self, out_channels: int, in_channels: int, taps: int) -> str:
+        """The contraction class (kokoro_tvm.compiler.tuning) of this kernel's conv of that shape: the
+        reduction over (channel group, tap, channel within the group), a single tap's axis dropped as the
+        schedule rules' normalization drops it."""
+        reduce = [in_channels // self.group, *([taps] if taps > 1 else []), self.group]
+        return f"{self.operands}:{out_channels}:{'x'.join(str(r) for r in reduce)}"

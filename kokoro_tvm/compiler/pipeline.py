@@ -134,6 +134,11 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     ]
 
 
+def schedule_passes(target) -> list:
+    """The schedule phase alone (kokoro_tvm.compiler.tuning times one function through it)."""
+    return dict(phases(target))["schedule"]
+
+
 def _dump_dir(dump_dir) -> Path | None:
     chosen = dump_dir or os.environ.get(DUMP_VARIABLE)
     return Path(chosen) if chosen else None

@@ -151,6 +151,11 @@ def _is_this_machine(mcpu: str, triple: str) -> bool:
     return mcpu == codegen.llvm_get_system_cpu() and (not triple or triple.startswith(platform.machine()))
 
 
+def is_this_machine(target) -> bool:
+    """An LLVM target (JSON dict or Target) for the CPU that builds: what it measures holds for the target."""
+    return _is_this_machine(_target_attr(target, "mcpu"), _target_attr(target, "mtriple"))
+
+
 def _measured_l1() -> tuple[int, int, int] | None:
     """This machine's L1 data cache (bytes, ways, line) from sysfs (kokoro_tvm.machine), or None without it."""
     l1 = machine().cache(1)

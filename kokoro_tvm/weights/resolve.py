@@ -24,12 +24,11 @@ import torch
 
 from kokoro_tvm.config import kokoro_config
 from kokoro_tvm.errors import ResourceError
-from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
+from kokoro_tvm.paths import WEIGHTS_ENV, cache_dir, cache_lock, temporary_sibling
 from kokoro_tvm.weights import onnx_int8
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_ENV = "KOKORO_TVM_WEIGHTS"
 HF_REPO_ID = "hexgrad/Kokoro-82M"
 HF_WEIGHTS_FILE = "kokoro-v1_0.pth"
 TOP_MODULES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")

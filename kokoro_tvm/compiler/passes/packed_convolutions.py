@@ -9,6 +9,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from kokoro_tvm.compiler.packed import LANES, PackedKernel, convertible
 from kokoro_tvm.compiler.passes.base import alignment_pad, parameter_names, rewriting_pass, slice_last_axis
+from kokoro_tvm.compiler.tuning import record as tuning
 
 
 @mutator
@@ -24,6 +25,10 @@ class PackedConvRewriter(PyExprMutator):
             return call
         if not self.select(parameter_names(self, call.args[1])):
             return call
+        o, c, k = (int(d) for d in call.args[1].ty.shape)
+        record = tuning.active()
+        if record is not None and not record.keeps_packed(self.kernel.tuning_class(o, c, k)):
+            return call  # measured slower than the float32 conv on this CPU (kokoro_tvm.compiler.tuning)
         left, right = (int(v) for v in call.attrs.padding)
         (dilation,) = (int(v) for v in call.attrs.dilation)
         x, w = call.args

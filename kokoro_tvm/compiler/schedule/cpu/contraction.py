@@ -31,6 +31,7 @@ from kokoro_tvm.compiler.schedule.cpu.base import (
 )
 from kokoro_tvm.compiler.sizes import divides
 from kokoro_tvm.compiler.targets import CPUGeometry
+from kokoro_tvm.compiler.tuning import record as tuning
 from kokoro_tvm.components import LENGTH_TILE
 
 # Register tiles (rows x vectors of columns) for targets with 32 vector registers (AVX-512, NEON), 16
@@ -165,7 +166,7 @@ class _Tile:
     packed: object  # the bf16 / int8 module whose step is tensorized, or None
 
 
-def _match(sch: s_tir.Schedule, infos: list) -> _Match | None:
+def match_contraction(sch: s_tir.Schedule, infos: list) -> _Match | None:
     """One multiply-accumulate reduction with its spatial axes first (a row and a column axis at least), and only
     injective blocks before and after it."""
     reductions = [b for b in infos if b.is_reduction()]
@@ -185,17 +186,33 @@ def _match(sch: s_tir.Schedule, infos: list) -> _Match | None:
     return _Match(main, producers, consumers, outer, row, col, reduce)
 
 
+def contraction_class(sch: s_tir.Schedule, found: _Match) -> str | None:
+    """What a tuning record keys this reduction's schedule by: operand dtypes, row extent, reduction extents
+    ("float32xfloat32:256:256x7"); None for a symbolic row or reduction extent (kokoro_tvm.compiler.tuning)."""
+    rows, reduce = extent(sch, found.row), [extent(sch, r) for r in found.reduce]
+    if not isinstance(rows, int) or not all(isinstance(r, int) for r in reduce):
+        return None
+    stmt = sch.get(found.main.block_rv)
+    operands = sorted(str(r.source.dtype) for r in stmt.reads if r.source.name != stmt.writes[0].source.name)
+    return f"{'x'.join(operands)}:{rows}:{'x'.join(str(r) for r in reduce)}"
+
+
 def _choose_tile(sch: s_tir.Schedule, found: _Match, geometry: CPUGeometry) -> _Tile | None:
     """The register tile (rows x columns), its walking order and the packed step, or None for a ragged column
-    axis (which would scalarize the whole kernel)."""
+    axis (which would scalarize the whole kernel). Where the tuning record in use (kokoro_tvm.compiler.tuning)
+    has this class, its measured tile and order; else the heuristics below, on the target's geometry."""
     block = found.main.block_rv
     lanes = geometry.lanes(sch.get(block).writes[0].source.dtype.bits)
     col_extent, row_extent = extent(sch, found.col), extent(sch, found.row)
     operands = _operands(sch, block, len(found.outer) + 2)
+    record = tuning.active()
+    tuned = record.choice(key) if record is not None and (key := contraction_class(sch, found)) else None
     wide, narrow = _tiles(geometry, row_extent)
-    max_rows, vectors = wide
-    if operands is not None and _set_collisions(operands["row_stride_bytes"], max_rows, geometry) > (
-        geometry.l1_ways // 2
+    max_rows, vectors = (tuned.rows, tuned.vectors) if tuned else wide
+    if (
+        tuned is None
+        and operands is not None
+        and _set_collisions(operands["row_stride_bytes"], max_rows, geometry) > (geometry.l1_ways // 2)
     ):
         max_rows, vectors = narrow
     cols = vectors * lanes
@@ -214,13 +231,15 @@ def _choose_tile(sch: s_tir.Schedule, found: _Match, geometry: CPUGeometry) -> _
     # feed-forward matmul (768 -> 2048, 176 tokens, its 12 layers) took 44 ms as 8 x 1 vectors, 34 ms as 8 x 2
     # (`python -m kokoro_tvm.studies.dynamic_shapes --kernels albert:176`)
     accumulators = wide[0] * wide[1]
-    if accumulators // 4 <= rows and rows * (cols // lanes) < accumulators:
+    if tuned is None and accumulators // 4 <= rows and rows * (cols // lanes) < accumulators:
         wider = accumulators // rows * lanes
         if divides(wider, col_extent):
             cols = wider
     # tile order: walk the rows of one column slab (the slab stays in cache, the row operand streams), unless
     # the row operand (conv weights) is the larger one: then walk the columns of one row slab
     rows_outer = operands is not None and operands["row_bytes"] > operands["col_bytes"]
+    if tuned is not None:
+        rows_outer = tuned.rows_outer
     # bf16 pairs (kokoro_tvm.compiler.bf16) or int8 quads (compiler.int8): the channel-group axis goes
     # innermost, under the column vector, and the (16 columns x 1 group) step becomes one vdpbf16ps or
     # vpdpbusd (8 columns: the ymm form)
@@ -322,7 +341,7 @@ def _vector_steps(sch: s_tir.Schedule, found: _Match, tile: _Tile, reduce: list,
 class Contraction(CPURule):
     def schedule(self, sch, infos, geometry):
         # Step 1. One multiply-accumulate reduction with injective work around it.
-        found = _match(sch, infos)
+        found = match_contraction(sch, infos)
         if found is None:
             return None
         # Step 2. The register tile, its order, and the packed step (whose channel-group axis goes innermost).

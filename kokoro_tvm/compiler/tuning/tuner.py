@@ -1,0 +1,359 @@
+"""The tuner: the model's contraction classes, each timed on this machine under a bounded set of schedules
+(register tile x loop order), the fastest kept in a TuningRecord (kokoro_tvm.compiler.tuning.record).
+
+- `contraction_functions(mod)`: the fused PrimFuncs of a legalized Relax module that the CPU Contraction rule
+  takes, by class, each with its multiply-adds at the measured length;
+- `candidates(geometry)`: the register tiles a CPU's vector registers can hold (the heuristic's and its
+  neighbours), each in both tile orders;
+- `measure(func, choice, target, tiles)`: one function scheduled with one choice (or the heuristics), compiled,
+  and timed at `tiles` length tiles on random inputs: the median of a few calls;
+- `tune_functions(classes, target, budget_s)`: classes by their share of the work, largest first, until the
+  budget is spent; `packed_choices`: per packed (bf16 / int8) conv class, whether it beat the float32 conv of the
+  same shape.
+
+The functions are the build's own (same fusion, same epilogues, symbolic length), so a choice measured here is
+the choice the build makes. Timing happens in this process with the build's thread count.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import s_tir, sym, tirx
+from tvm.s_tir.dlight.analysis import normalize_prim_func
+
+from kokoro_tvm.compiler.schedule.cpu.base import extent
+from kokoro_tvm.compiler.schedule.cpu.contraction import contraction_class, match_contraction
+from kokoro_tvm.compiler.targets import CPUGeometry, cpu_geometry
+from kokoro_tvm.compiler.tuning.record import Choice, TuningRecord, using
+from kokoro_tvm.components import LENGTH_TILE
+
+log = logging.getLogger(__name__)
+
+# The length every class is timed at: 256 frames (32 tiles of 8), near the corpus median
+# (kokoro_tvm.compiler.schedule.cpu.contraction.REPRESENTATIVE_LENGTH) and long enough that one call of the
+# largest conv takes milliseconds, not microseconds.
+MEASURE_TILES = 32
+CALLS = 5  # timed calls per candidate (after one untimed): the median
+# A candidate replaces the heuristic only when it is this much faster: run-to-run spread of one kernel on a
+# 2-core virtual machine is 1-3 %, and a choice that wins by less is noise kept forever in a record.
+MARGIN = 0.97
+# Packed (bf16 / int8) convs pay for packing their activations (a pass over the input the float32 conv does not
+# make); a packed conv is kept only when its conv alone beats the float32 conv by this factor.
+PACKED_MARGIN = 0.9
+
+
+@dataclass
+class ContractionFunction:
+    name: str
+    func: object  # the PrimFunc, unscheduled
+    multiply_adds: int  # at MEASURE_TILES
+
+
+def contraction_functions(mod, tiles: int = MEASURE_TILES) -> dict[str, list[ContractionFunction]]:
+    """{class: [functions]} for every PrimFunc of `mod` the Contraction rule matches with a class (static rows)."""
+    found: dict[str, list[ContractionFunction]] = {}
+    for gv, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+        infos = normalize_prim_func(sch)
+        match = match_contraction(sch, infos) if infos else None
+        key = contraction_class(sch, match) if match else None
+        if key is None:
+            continue
+        values = _bindings(func, tiles) or {None: tiles}
+        work = 1
+        for loop in (*match.outer, match.row, match.col, *match.reduce):
+            work *= _evaluate(extent(sch, loop), values)
+        found.setdefault(key, []).append(ContractionFunction(gv.name_hint, func, work))
+    return found
+
+
+def _bindings(func, tiles: int) -> dict:
+    """Every scalar parameter of `func` (the length's tile count) bound to `tiles`."""
+    return {p: tiles for p in func.params if str(p.ty).startswith("int")}
+
+
+def _evaluate(expr, values: dict) -> int:
+    """`expr` with the scalar parameters at their `values`; any other variable is a length in steps, bound to
+    the tile count's length (a function whose length is a buffer's own extent, not a tile count)."""
+    if isinstance(expr, int):
+        return expr
+    tiles = next(iter(values.values()), MEASURE_TILES)
+    analyzer = sym.Analyzer()
+    for var in tirx.analysis.undefined_vars(expr):
+        value = next((v for p, v in values.items() if p is not None and p.same_as(var)), tiles * LENGTH_TILE)
+        analyzer.bind(var, tirx.IntImm(str(var.ty), value))
+    return int(analyzer.simplify(expr))
+
+
+def candidates(geometry: CPUGeometry) -> list[Choice]:
+    """Register tiles (rows x vectors of columns) that fit the CPU's vector registers with room for the column
+    loads and the broadcast row, in both tile orders: 32 registers (AVX-512, NEON) up to 24 accumulators, 16
+    (AVX2) up to 12."""
+    if geometry.vector_registers >= 32:
+        tiles = [(16, 1), (8, 2), (12, 2), (6, 4), (4, 4), (8, 3)]
+    else:
+        tiles = [(6, 2), (4, 2), (4, 3), (3, 4), (8, 1)]
+    return [Choice(rows, vectors, outer) for rows, vectors in tiles for outer in (False, True)]
+
+
+def _random(shape, dtype: str, rng) -> np.ndarray:
+    if dtype == "float32":
+        return rng.standard_normal(shape).astype(np.float32)
+    if dtype == "float64":
+        return rng.standard_normal(shape)
+    if dtype == "uint16":  # bf16 bit patterns of ordinary values (no NaN / denormal patterns)
+        return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype in ("int8", "uint8"):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
+    return np.zeros(shape, dtype)  # lengths, indices: zeros are in bounds
+
+
+def compile_function(func, target, choice: Choice | None, name: str = "contraction"):
+    """`func` scheduled with `choice` (None: the heuristics) and compiled for `target`: a callable. `name`: the
+    function's name in the model (a packed kernel's LLVM steps are imported by name)."""
+    from kokoro_tvm.compiler.pipeline import schedule_passes
+
+    record = None if choice is None else _forcing(choice)
+    mod = tvm.IRModule({name: func.with_attr("global_symbol", name)})
+    with tvm.target.Target(target), using(record):
+        mod = tvm.transform.Sequential(schedule_passes(target))(mod)
+    return tvm.compile(mod, target=tvm.target.Target(target))[name]
+
+
+class _Forcing(TuningRecord):
+    """A record that gives every class the same choice (what `measure` times)."""
+
+    def __init__(self, choice: Choice):
+        super().__init__({}, {})
+        self.forced = choice
+
+    def choice(self, key: str) -> Choice:
+        return self.forced
+
+
+def _forcing(choice: Choice) -> TuningRecord:
+    return _Forcing(choice)
+
+
+def arguments(func, tiles: int, seed: int = 0) -> list:
+    """Random inputs for `func` at `tiles` length tiles (device tensors), the scalars as ints."""
+    rng, values = np.random.default_rng(seed), _bindings(func, tiles)
+    args = []
+    for p in func.params:
+        if p in values:
+            args.append(values[p])
+        else:
+            shape = [_evaluate(int(d) if isinstance(d, tirx.IntImm) else d, values) for d in p.shape]
+            args.append(tvm.runtime.tensor(_random(shape, str(p.dtype), rng)))
+    return args
+
+
+def kernel(func, target, choice: Choice | None, name: str = "contraction"):
+    """`func` compiled with `choice`, or None where the choice does not apply (the schedule fails)."""
+    try:
+        return compile_function(func, target, choice, name)
+    except (tvm.TVMError, ValueError) as exc:
+        log.debug("%s does not apply: %s", choice, exc)
+        return None
+
+
+def time_interleaved(kernels: dict[str, object], args: list, calls: int = CALLS) -> dict[str, float]:
+    """Median seconds of each kernel over `calls` rounds, every kernel once per round (one untimed round
+    first): a slow spell of the machine then costs every candidate alike, not the one that ran in it."""
+    times: dict[str, list[float]] = {name: [] for name in kernels}
+    for round_ in range(calls + 1):
+        for name, fn in kernels.items():
+            start = time.perf_counter()
+            fn(*args)
+            if round_:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def measure(
+    func,
+    target,
+    choices: list[Choice | None],
+    tiles: int = MEASURE_TILES,
+    calls: int = CALLS,
+    name: str = "contraction",
+) -> dict:
+    """{label: median seconds} of `func` scheduled with each of `choices` (None: the heuristic, "heuristic"),
+    timed interleaved at `tiles` length tiles; a choice that does not apply is left out."""
+    labels = {"heuristic" if c is None else c.label: c for c in choices}
+    kernels = {label: kernel(func, target, choice, name) for label, choice in labels.items()}
+    return time_interleaved({k: v for k, v in kernels.items() if v is not None}, arguments(func, tiles), calls)
+
+
+@dataclass
+class ClassResult:
+    key: str
+    function: str
+    share: float  # of the multiply-adds measured
+    seconds: dict[str, float]  # candidate label (or "heuristic") -> seconds
+    choice: Choice | None  # None: the heuristic stays
+    work: int = 1  # the measured function's multiply-adds
+
+    @property
+    def best(self) -> float:
+        return min(self.seconds.values())
+
+
+def tune_class(key: str, functions: list[ContractionFunction], target, share: float, search: list[Choice]):
+    """Time the heuristic and every `search` choice on the class's largest function; keep the fastest if it
+    beats the heuristic by MARGIN."""
+    largest = max(functions, key=lambda f: f.multiply_adds)
+    seconds = measure(largest.func, target, [None, *search], name=largest.name)
+    best = min((c for c in search if c.label in seconds), key=lambda c: seconds[c.label], default=None)
+    keep = best if best is not None and seconds[best.label] < MARGIN * seconds["heuristic"] else None
+    return ClassResult(key, largest.name, share, seconds, keep, largest.multiply_adds)
+
+
+def by_share(classes: dict[str, list[ContractionFunction]]) -> list[tuple[str, float]]:
+    total = sum(f.multiply_adds for fs in classes.values() for f in fs) or 1
+    shares = {k: sum(f.multiply_adds for f in fs) / total for k, fs in classes.items()}
+    return sorted(shares.items(), key=lambda item: -item[1])
+
+
+def tune_functions(
+    classes: dict[str, list[ContractionFunction]],
+    target,
+    budget_s: float,
+    progress: Callable[[Iterable], Iterable] = lambda items: items,
+) -> list[ClassResult]:
+    """Classes largest share first until `budget_s` is spent (the rest keep the heuristic)."""
+    search = candidates(cpu_geometry(target))
+    start, results = time.perf_counter(), []
+    for key, share in progress(by_share(classes)):
+        if time.perf_counter() - start > budget_s:
+            log.info("tuning budget of %.0f s spent: %s and smaller classes keep the heuristic tile", budget_s, key)
+            break
+        results.append(tune_class(key, classes[key], target, share, search))
+    return results
+
+
+# packed conv class -> the float32 class of the same conv: "uint16xuint16:256:128x7x2" -> "float32xfloat32:256:256x7"
+def float32_class(packed_key: str) -> str | None:
+    operands, rows, reduce = packed_key.split(":")
+    if operands not in ("uint16xuint16", "int8xuint8"):
+        return None
+    *groups, width = (int(v) for v in reduce.split("x"))
+    channels = [groups[0] * width, *groups[1:]]
+    return f"float32xfloat32:{rows}:{'x'.join(str(v) for v in channels)}"
+
+
+def packed_choices(results: dict[str, ClassResult]) -> dict[str, bool]:
+    """Per packed class with a measured float32 twin: keep the packed kernel only if it beat the float32 one by
+    PACKED_MARGIN (both at their best choice)."""
+    kept = {}
+    for key, result in results.items():
+        twin = results.get(float32_class(key) or "")
+        if twin is None:
+            continue
+        kept[key] = result.best < PACKED_MARGIN * twin.best
+    return kept
+
+
+# --- the model's classes, and the whole tuning run -----------------------------------------------------------
+
+# The components whose convs the tuner measures, by their share of a sentence's time: the decoder (about 90 %),
+# the F0 / N predictor and the text encoder. ALBERT's and the duration path's matmuls run over tokens (a
+# symbolic row extent): they keep the heuristic tile.
+TUNED_COMPONENTS = ("decoder", "f0n", "text_encoder")
+BUDGET_S = 360.0  # the measuring part of a tuning run; exporting the components comes before it
+
+
+def legalized(model, component: str, precisions: Iterable[str], target) -> dict[str, object]:
+    """{precision: the symbolic build's Relax module of `component` after the legalize phase} (exported and
+    imported once; each precision's rewrites applied to a copy), with no tuning record in use: every packed conv
+    stays packed, so that its class is measured."""
+    from kokoro_tvm.compiler.converters import to_relax
+    from kokoro_tvm.compiler.pipeline import lift_weight_transforms, phases
+    from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
+    from kokoro_tvm.components import SYMBOLIC_MAX_LENGTH, build_precision
+    from kokoro_tvm.components import component as info
+    from kokoro_tvm.reference.pt_dynamic import default_dtype
+
+    shape = SymbolicShape(component, SYMBOLIC_MAX_LENGTH[info(component).axis] // LENGTH_TILE)
+    with default_dtype(next(model.parameters()).dtype):
+        imported = add_tile_count(to_relax(export_symbolic(model, shape), keep_params_as_input=True))
+    modules = {}
+    with using(None):
+        for precision in dict.fromkeys(build_precision(component, p) for p in precisions):
+            mod = lift_weight_transforms(imported, component, precision, target)
+            with tvm.target.Target(target):
+                for _, passes in phases(target)[:3]:  # rewrite, dispatch, legalize
+                    mod = tvm.transform.Sequential(passes)(mod)
+            modules[precision] = mod
+    return modules
+
+
+def merge(into: dict[str, list[ContractionFunction]], more: dict[str, list[ContractionFunction]]) -> None:
+    for key, functions in more.items():
+        into.setdefault(key, []).extend(functions)
+
+
+def estimated_seconds(classes: dict[str, list[ContractionFunction]], results: dict, packed: dict[str, bool]) -> float:
+    """The contraction seconds of one call of every function in `classes` (one component at one arithmetic) at
+    MEASURE_TILES: each at its class's best rate (a packed conv the record turns back to float32 at its float32
+    twin's), unmeasured classes left out. What the record's `precision_seconds` sum."""
+    seconds = 0.0
+    for key, functions in classes.items():
+        result = results.get(key if packed.get(key, True) else float32_class(key))
+        if result is not None:
+            seconds += sum(result.best * f.multiply_adds / result.work for f in functions)
+    return seconds
+
+
+def tune(model, target, precisions=("fp32", "bf16", "int8"), budget_s: float = BUDGET_S, progress=None):
+    """Measure this machine: the TUNED_COMPONENTS' classes at every precision in `precisions` the CPU runs,
+    within `budget_s` seconds of measuring. Returns the TuningRecord (not yet saved)."""
+    import datetime
+
+    from kokoro_tvm.compiler.tuning.record import cpu_identity
+    from kokoro_tvm.components import build_precision, get_precision
+
+    started = time.perf_counter()
+    arithmetics = [get_precision(p).arithmetic for p in precisions]
+    modules = {}  # (component, arithmetic) -> classes
+    for component in TUNED_COMPONENTS:
+        for arithmetic, mod in legalized(model, component, arithmetics, target).items():
+            modules[component, arithmetic] = contraction_functions(mod)
+    exported = time.perf_counter()
+    classes: dict[str, list[ContractionFunction]] = {}
+    for found in modules.values():
+        merge(classes, found)
+    results = {r.key: r for r in tune_functions(classes, target, budget_s, progress or (lambda items: items))}
+    packed = packed_choices(results)
+    precision_seconds = {
+        p: sum(
+            estimated_seconds(modules.get((c, build_precision(c, a)), {}), results, packed) for c in TUNED_COMPONENTS
+        )
+        for p, a in zip(precisions, arithmetics, strict=True)
+    }
+    record = TuningRecord(
+        cpu_identity(),
+        {k: r.choice for k, r in results.items() if r.choice is not None},
+        packed,
+        {k: {"function": r.function, "share": round(r.share, 4), "seconds": r.seconds} for k, r in results.items()},
+        {
+            "date": datetime.date.today().isoformat(),
+            "length_frames": MEASURE_TILES * LENGTH_TILE,
+            "export_s": round(exported - started, 1),
+            "measure_s": round(time.perf_counter() - exported, 1),
+            "classes": len(classes),
+            "measured": len(results),
+            "precision_seconds": precision_seconds,
+        },
+    )
+    return record

@@ -1,0 +1,194 @@
+"""The tuner (kokoro_tvm.compiler.tuning) on tiny shapes: the classes it finds, that every candidate schedule
+computes the same conv, that a record's choice reaches the schedule and the packed rewrite, the record file,
+and the budget. Nothing here tunes the model (`kokoro-tvm tune` does; its record for each CPU family measured is
+committed under kokoro_tvm/data/tuning/)."""
+
+import json
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from kokoro_tvm.compiler.passes.bf16_convolutions import Bf16Convolutions
+from kokoro_tvm.compiler.pipeline import phases, schedule_passes
+from kokoro_tvm.compiler.targets import cpu_geometry, host_target
+from kokoro_tvm.compiler.tuning import record as tuning
+from kokoro_tvm.compiler.tuning import tuner
+from kokoro_tvm.compiler.tuning.record import Choice, TuningRecord
+from kokoro_tvm.errors import InputError
+from kokoro_tvm.machine import cpu_identity
+
+OUT, IN, TAPS, STEPS = 32, 16, 3, 128  # STEPS: whole column tiles, as passes.AlignConvLengths leaves the model's
+
+
+def _conv_module(out_channels=OUT, in_channels=IN, taps=TAPS):
+    """One conv1d + bias: what the model's fused conv functions look like, small."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, in_channels, STEPS), "float32"))
+    w = relax.Var("decoder_conv_weight", relax.TensorType((out_channels, in_channels, taps), "float32"))
+    b = relax.Var("decoder_conv_bias", relax.TensorType((1, out_channels, 1), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv1d(x, w, padding=taps // 2))
+            out = bb.emit_output(bb.emit(relax.op.add(y, b)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _legalized(mod):
+    target = host_target()
+    with tvm.target.Target(target):
+        for _, passes in phases(target)[:3]:
+            mod = tvm.transform.Sequential(passes)(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def conv_class():
+    classes = tuner.contraction_functions(_legalized(_conv_module()))
+    assert len(classes) == 1
+    ((key, functions),) = classes.items()
+    return key, functions[0]
+
+
+def test_a_conv_is_one_class_named_by_its_operands_rows_and_reduction(conv_class):
+    key, function = conv_class
+    assert key == f"float32xfloat32:{OUT}:{IN}x{TAPS}"
+    assert function.multiply_adds == OUT * IN * TAPS * STEPS
+
+
+def _run(kernel, args):
+    out = tvm.runtime.tensor(np.zeros(args[-1].shape, "float32"))
+    kernel(*args[:-1], out)
+    return out.numpy()
+
+
+def test_every_candidate_schedule_computes_the_same_conv(conv_class):
+    """A choice changes how the conv is computed, never what: every candidate against the heuristic schedule
+    and against numpy."""
+    key, function = conv_class
+    target = host_target()
+    args = tuner.arguments(function.func, tuner.MEASURE_TILES)
+    x, w, b = (a.numpy() for a in args[:3])
+    padded = np.pad(x[0], ((0, 0), (TAPS // 2, TAPS // 2)))
+    steps = x.shape[2]
+    expected = np.einsum("oct,ctn->on", w, np.stack([padded[:, t : t + steps] for t in range(TAPS)], 1)) + b[0]
+    heuristic = _run(tuner.compile_function(function.func, target, None, function.name), args)
+    # float32 sums of 48 products in another order: within a few ulps of the magnitude (|value| ~ 7)
+    np.testing.assert_allclose(heuristic[0], expected, rtol=1e-5, atol=1e-4)
+    for choice in tuner.candidates(cpu_geometry(target)):
+        kernel = tuner.kernel(function.func, target, choice, function.name)
+        assert kernel is not None, f"{choice} does not apply to a 32-row conv over whole tiles"
+        np.testing.assert_allclose(_run(kernel, args), heuristic, rtol=1e-5, atol=1e-4)
+
+
+def test_a_record_choice_reaches_the_schedule(conv_class):
+    key, function = conv_class
+    target = host_target()
+
+    def scheduled(record):
+        mod = tvm.IRModule({function.name: function.func.with_attr("global_symbol", function.name)})
+        with tvm.target.Target(target), tuning.using(record):
+            return tvm.transform.Sequential(schedule_passes(target))(mod).script()
+
+    identity = cpu_identity()
+    narrow = TuningRecord(identity, {key: Choice(4, 1, True)})
+    wide = TuningRecord(identity, {key: Choice(16, 1, False)})
+    assert scheduled(narrow) != scheduled(wide)
+    assert scheduled(TuningRecord(identity, {"float32xfloat32:1:1": Choice(4, 1, True)})) == scheduled(None)
+
+
+def test_a_packed_conv_the_record_measured_slower_stays_float32():
+    mod = _conv_module(OUT, IN, TAPS)
+    packed_class = f"uint16xuint16:{OUT}:{IN // 2}x{TAPS}x2"
+
+    def bf16_calls(record):
+        with tuning.using(record):
+            return Bf16Convolutions()(mod).script().count("bf16_conv1d")
+
+    assert bf16_calls(None) > 0
+    assert bf16_calls(TuningRecord(cpu_identity(), packed={packed_class: True})) > 0
+    assert bf16_calls(TuningRecord(cpu_identity(), packed={packed_class: False})) == 0
+
+
+def test_the_record_file_round_trips_and_its_digest_is_its_decisions(tmp_path):
+    record = TuningRecord(
+        cpu_identity(),
+        {"float32xfloat32:256:256x7": Choice(8, 2, False)},
+        {"uint16xuint16:256:128x7x2": False},
+        {"float32xfloat32:256:256x7": {"seconds": {"heuristic": 0.05, "8x2c": 0.04}}},
+        {"date": "2026-11-28", "precision_seconds": {"fp32": 2.0, "bf16": 2.1, "int8": 0.9}},
+    )
+    loaded = TuningRecord.load(record.save(tmp_path))
+    assert loaded.decisions() == record.decisions() and loaded.digest() == record.digest()
+    assert loaded.fastest_precision(["fp32", "bf16", "int8"]) == "int8"
+    assert loaded.fastest_precision(["fp32", "bf16"]) == "fp32"
+    retimed = TuningRecord(record.cpu, record.choices, record.packed, {}, {"date": "2027-01-01"})
+    assert retimed.digest() == record.digest()  # timings are not what a build computes from
+    other = TuningRecord(record.cpu, {"float32xfloat32:256:256x7": Choice(8, 2, True)}, record.packed)
+    assert other.digest() != record.digest()
+    assert tuning.find(record.cpu, (tmp_path,)).decisions() == record.decisions()
+
+
+def test_an_unreadable_record_is_one_error_line(tmp_path, monkeypatch):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(InputError, match="tuning record .*broken.json is unreadable"):
+        TuningRecord.load(broken)
+    monkeypatch.setenv("KOKORO_TVM_TUNING", str(broken))
+    with pytest.raises(InputError, match="unreadable"):
+        tuning.for_target(host_target())
+    monkeypatch.setenv("KOKORO_TVM_TUNING", "off")
+    assert tuning.for_target(host_target()) is None
+    # another CPU's target never takes this machine's record
+    monkeypatch.delenv("KOKORO_TVM_TUNING")
+    assert tuning.for_target({"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-linux-gnu"}) is None
+
+
+def test_packed_classes_compare_with_their_float32_twin():
+    assert tuner.float32_class("uint16xuint16:256:128x7x2") == "float32xfloat32:256:256x7"
+    assert tuner.float32_class("int8xuint8:128:32x11x4") == "float32xfloat32:128:128x11"
+    assert tuner.float32_class("uint16xuint16:1024:545x2") == "float32xfloat32:1024:1090"
+    assert tuner.float32_class("float32xfloat32:5:11x4") is None
+
+    def result(key, best):
+        return tuner.ClassResult(key, "f", 0.1, {"heuristic": best * 1.2, "8x2c": best}, None)
+
+    results = {r.key: r for r in (result("float32xfloat32:256:256x7", 1.0), result("uint16xuint16:256:128x7x2", 0.95))}
+    assert tuner.packed_choices(results) == {"uint16xuint16:256:128x7x2": False}  # not PACKED_MARGIN faster
+    results["uint16xuint16:256:128x7x2"] = result("uint16xuint16:256:128x7x2", 0.5)
+    assert tuner.packed_choices(results) == {"uint16xuint16:256:128x7x2": True}
+
+
+def test_the_budget_bounds_the_classes_measured(conv_class):
+    key, function = conv_class
+    classes = {key: [function]}
+    assert tuner.tune_functions(classes, host_target(), budget_s=-1) == []
+    (result,) = tuner.tune_functions(classes, host_target(), budget_s=60)
+    assert result.key == key and "heuristic" in result.seconds and len(result.seconds) > 2
+    # the kept choice (if any) is the fastest candidate and beat the heuristic by the margin
+    if result.choice is not None:
+        assert result.seconds[result.choice.label] == min(v for k, v in result.seconds.items() if k != "heuristic")
+        assert result.seconds[result.choice.label] < tuner.MARGIN * result.seconds["heuristic"]
+
+
+def test_the_build_key_carries_the_records_decisions():
+    from kokoro_tvm.compiler.build import BuildSpec, key_fields
+
+    spec, target = BuildSpec("decoder", 16), host_target()
+    record = TuningRecord(cpu_identity(), {"float32xfloat32:256:256x7": Choice(8, 2, False)})
+    assert "tuning" not in key_fields(spec, "w", target)
+    assert key_fields(spec, "w", target, record)["tuning"] == record.digest()
+
+
+def test_committed_records_are_readable_and_name_their_cpu():
+    from kokoro_tvm.machine import record_name
+    from kokoro_tvm.paths import TUNING_RECORDS
+
+    paths = sorted(TUNING_RECORDS.glob("*.json"))
+    assert paths, "no committed tuning record"
+    for path in paths:
+        record = TuningRecord.load(path)
+        assert path.name == record_name(record.cpu)
+        assert record.tuned["precision_seconds"] and json.loads(path.read_text())["format"] == tuning.FORMAT
