@@ -11,6 +11,29 @@ import numpy as np
 
 from kokoro_tvm.errors import ResourceError
 
+# The source that decides what a build computes, relative to the package root: the compiler, the component
+# registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a
+# schedule rule, a converter) never meets an artifact built before it.
+BUILD_SOURCES = ("compiler", "components.py", "reference")
+
+
+def build_source_digest(root: Path | None = None, sources=BUILD_SOURCES) -> str:
+    """sha256 (first 16 hex digits) over the path and bytes of every .py file under `sources` of `root` (the
+    kokoro_tvm package), in sorted order. A comment edit changes it too: a rebuild is cheaper than a stale
+    artifact."""
+    root = Path(root) if root is not None else Path(__file__).resolve().parent
+    files = []
+    for source in sources:
+        path = root / source
+        if not path.exists():
+            raise FileNotFoundError(f"build source {path} is missing: the package is incomplete")
+        files += [path] if path.is_file() else [f for f in path.rglob("*.py") if "__pycache__" not in f.parts]
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
 
 class ArtifactError(ResourceError):
     """A compiled artifact is missing, corrupt, or not what its manifest says."""

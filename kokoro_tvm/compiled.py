@@ -5,6 +5,7 @@ above both: synthesis, the evaluation, the studies and the tests.
 - `check_device`: a device takes the dtype (a compiler fact) and exists here (a runtime fact), one clear error;
   `check_precision`: a `--precision` name (kokoro_tvm.components.PRECISIONS) exists and the device can run it
   (bf16: AVX512_BF16; int8: AVX512_VNNI as well); `runs_here`: whether this CPU can.
+- `resolve_precision`: `--precision auto`, the precision this CPU's tuning record measured fastest;
 - `compiled_kokoro`: a runtime.kokoro.TVMKokoro whose artifacts the compiler builds on demand.
 - `compile_and_load`: any Relax module -> a runtime.vm.VMRunner (our pipeline, or stock TVM's for the probes).
 """
@@ -15,10 +16,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kokoro_tvm.compiler.arithmetic import require_arithmetic
 from kokoro_tvm.compiler.bf16 import Bf16Unsupported, host_supports_bf16
-from kokoro_tvm.compiler.build import OnDemandBuilder, require_arithmetic
 from kokoro_tvm.compiler.int8 import host_supports_int8
-from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
 from kokoro_tvm.compiler.targets import check_dtype, host_target, target_for
 from kokoro_tvm.components import Precision, get_precision
 from kokoro_tvm.runtime.devices import require_device
@@ -54,6 +54,28 @@ def runs_here(name: str) -> bool:
     return arithmetic == "full" or (host_supports_bf16() and (arithmetic != "int8" or host_supports_int8()))
 
 
+AUTO = "auto"  # `--precision auto`: the tuner's choice for this CPU
+CPU_PRECISIONS = ("fp32", "bf16", "int8")  # what `auto` chooses from: each holds the fidelity bars (kokoro_tvm.marks)
+
+
+def resolve_precision(name: str, device: str = "cpu") -> tuple[str, str]:
+    """(the precision to build, why): `auto` is the precision of CPU_PRECISIONS that this CPU runs and whose
+    kernels its tuning record measured fastest (kokoro_tvm.compiler.tuning), fp32 without a record or off the
+    CPU; any other name is itself."""
+    if name != AUTO:
+        return name, "asked for"
+    if device != "cpu":
+        return "fp32", f"auto on {device}: GPU builds are fp32"
+    from kokoro_tvm.compiler.tuning.record import find
+
+    available = [p for p in CPU_PRECISIONS if runs_here(p)]
+    record = find()
+    fastest = record.fastest_precision(available) if record is not None else None
+    if fastest is None:
+        return "fp32", "auto: no tuning record for this CPU (`kokoro-tvm tune` measures it)"
+    return fastest, f"auto: the fastest of {', '.join(available)} by tuning record {record.name}"
+
+
 def compiled_kokoro(
     model,
     weights_fingerprint: str,
@@ -69,6 +91,8 @@ def compiled_kokoro(
     device, a dtype it lacks or a precision it cannot run is reported before anything is built."""
     chosen = check_precision(precision, device, target)
     check_device(device, chosen.dtype)
+    from kokoro_tvm.compiler.build import OnDemandBuilder  # (deferred: the build loads torch)
+
     target = target or target_for(device)
     provider = OnDemandBuilder(model, weights_fingerprint, chosen.dtype, target, chosen.arithmetic)
     return TVMKokoro(provider, chosen.dtype, buckets, device)
@@ -84,5 +108,7 @@ def compile_and_load(
 ) -> VMRunner:
     """Build a Relax module for `target` (default: this CPU with our pipeline; `stock=True`: TVM's default
     pipeline for generic LLVM, as the hazard probes need) and load it on the CPU as a numpy-callable runner."""
+    from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
+
     executable = compile_stock(mod, target) if stock else compile_relax(mod, target or host_target())
     return VMRunner(executable, "cpu", params, transform_params)

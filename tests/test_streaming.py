@@ -144,10 +144,10 @@ def test_a_stream_is_the_model_speaking_each_piece(tmp_path, capsysbinary):
     whole = synthesize(text, noise="zero")
     assert " ".join(stream.pieces) == " ".join(whole.metadata["phonemes"])  # nothing lost or repeated
     assert stream.metadata()["stream_pieces"] == 2
-    assert main(["say", text, "-o", "-", "--stream", "--zero-noise"]) == 0
+    assert main(["say", text, "-o", "-", "--stream", "--zero-noise", "--backend", "torch"]) == 0
     raw = np.frombuffer(capsysbinary.readouterr().out, dtype="<f4")
     np.testing.assert_allclose(raw, np.concatenate(pieces), atol=1e-5)
-    assert main(["say", text, "-o", str(tmp_path / "s.wav"), "--stream", "--zero-noise"]) == 0
+    assert main(["say", text, "-o", str(tmp_path / "s.wav"), "--stream", "--zero-noise", "--backend", "torch"]) == 0
     rate, data = wavfile.read(tmp_path / "s.wav")
     assert rate == 24000 and data.shape == raw.shape
     assert json.loads((tmp_path / "s.json").read_text())["stream_pieces"] == 2

@@ -51,7 +51,12 @@ def add_voice(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lang", help=LANG_HELP)
 
 
-def add_precision(parser: argparse.ArgumentParser, what: str = "TVM's arithmetic") -> None:
+def add_precision(parser: argparse.ArgumentParser, what: str = "TVM's arithmetic", auto: bool = False) -> None:
+    """`--precision`; with `auto` (say), also "auto", the default: the fastest on this CPU by its tuning record."""
+    if auto:
+        help_text = f"{what}: auto (default: the fastest this CPU runs, by its tuning record), {precision_help()}"
+        parser.add_argument("--precision", choices=("auto", *PRECISIONS), default="auto", help=help_text)
+        return
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help=f"{what}: {precision_help()}")
 
 

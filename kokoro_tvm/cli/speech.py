@@ -32,7 +32,9 @@ def _add_say(sub) -> None:
     )
     add_voice(parser)
     parser.add_argument("--speed", type=float, default=1.0)
-    parser.add_argument("--backend", choices=BACKENDS, default="torch")
+    parser.add_argument(
+        "--backend", choices=BACKENDS, default="tvm", help="tvm (default: the compiled model) or torch (PyTorch eager)"
+    )
     parser.add_argument("--buckets", default="default", help=BUCKETS_HELP)
     parser.add_argument("--phonemes", action="store_true", help="TEXT is a Kokoro phoneme string")
     parser.add_argument("--seed", type=int, default=0, help="seed of SineGen's noise (default 0)")
@@ -40,7 +42,7 @@ def _add_say(sub) -> None:
     parser.add_argument("--format", choices=WAV_FORMATS, default="float32", help="WAV sample format")
     add_weights(parser)
     add_device(parser)
-    add_precision(parser)
+    add_precision(parser, auto=True)
     parser.set_defaults(func=command("say"))
 
 
@@ -77,6 +79,9 @@ def _add_bench(sub) -> None:
         "--warmup", type=int, default=3, help="untimed rounds first (default 3: PyTorch eager needs more than one)"
     )
     parser.add_argument("--no-components", action="store_true", help="skip the per-component timings")
+    parser.add_argument(
+        "--cpu-row", metavar="FOLDER", help="also write this CPU's row of notebook 08's per-CPU table into FOLDER"
+    )
     parser.add_argument(
         "--buckets",
         default="default",

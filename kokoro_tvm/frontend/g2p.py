@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import sys
 
 from kokoro_tvm.errors import UnsupportedError
 from kokoro_tvm.frontend.voices import LANGUAGES
@@ -46,6 +47,7 @@ def spacy_model_from_package():
             "(or `make` to install the project)"
         ) from exc
     is_package, load = spacy.util.is_package, spacy.load
+    plugins = spacy.util.registry._entry_point_factories
 
     def is_package_here(name):
         return name == SPACY_MODEL or is_package(name)
@@ -54,20 +56,44 @@ def spacy_model_from_package():
         return model.load(**overrides) if name == SPACY_MODEL else load(name, **overrides)
 
     spacy.util.is_package, spacy.load = is_package_here, load_here
+    # A spaCy pipeline loads every installed package's component factories first; en_core_web_sm uses only
+    # spaCy's own, and one installed plugin (spacy-curated-transformers, for misaki's transformer G2P, which we
+    # do not use) imports torch: 2 s at every start. Built-in factories only while the G2P is built.
+    plugins.get_all = dict
     try:
         yield
     finally:
         spacy.util.is_package, spacy.load = is_package, load
+        del plugins.get_all  # the registry's own method again
+
+
+@contextlib.contextmanager
+def spacy_without_torch():
+    """spaCy's thinc imports torch when it is first imported, only to offer PyTorch layers, which en_core_web_sm
+    does not use: 2 s and hundreds of MB at every start of a process that speaks, the whole torch cost of a
+    compiled model that needs none (kokoro_tvm.runtime.ready). While the block imports spaCy (torch and thinc
+    not loaded yet), `import torch` fails for thinc, which then offers no PyTorch layers; the block removes
+    its mark when it ends, so torch imports as usual afterwards. Where either is loaded already, nothing changes."""
+    if "torch" in sys.modules or "thinc" in sys.modules:
+        yield
+        return
+    sys.modules["torch"] = None  # the import system's "not importable" mark
+    try:
+        yield
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
 
 
 @functools.cache
 def english_g2p(british: bool = False):
     """misaki's English G2P as KPipeline(lang_code="a" or "b") builds it: espeak-ng for unknown words and no
     placeholder symbol for a word nothing can read (unk="")."""
-    from misaki import en
+    with spacy_without_torch():
+        from misaki import en
 
-    with spacy_model_from_package():
-        return en.G2P(trf=False, british=british, fallback=EspeakFallbackOnDemand(british), unk="")
+        with spacy_model_from_package():
+            return en.G2P(trf=False, british=british, fallback=EspeakFallbackOnDemand(british), unk="")
 
 
 class EspeakFallbackOnDemand:

@@ -1,0 +1,108 @@
+"""Compiled models that start without torch. Building (or finding) a build needs the weights' fingerprint, which
+needs the weights loaded, which needs torch: 8.6 s and 1.5 GB before the first sample of a cached model. So once
+a TVM backend has its five symbolic-length builds, their folders go into an index entry keyed by everything that
+picked them and can be read without torch: the weights request (an explicit file's path, size and mtime, or the
+default), the precision, this machine (kokoro_tvm.machine.cpu_identity), the build source's digest, the TVM
+version and the tuning record in use (its file's size and mtime). `find` returns the artifacts of a matching
+entry after checking each one's manifest (same source digest and TVM) and library hash; anything else is a miss
+(logged), and the caller takes the building path, which writes the entry again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kokoro_tvm.artifacts import Artifact, ArtifactError, build_source_digest, file_sha256
+from kokoro_tvm.components import NAMES
+from kokoro_tvm.machine import cpu_identity, record_name
+from kokoro_tvm.paths import TUNING_ENV, TUNING_RECORDS, WEIGHTS_ENV, cache_dir, temporary_sibling
+
+log = logging.getLogger(__name__)
+
+
+def _file_state(path: Path) -> list | None:
+    return [str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns] if path.is_file() else None
+
+
+def _tuning_state() -> object:
+    setting = os.environ.get(TUNING_ENV, "")
+    if setting == "off":
+        return "off"
+    if setting:
+        return _file_state(Path(setting))
+    name = record_name(cpu_identity())
+    return [_file_state(cache_dir() / "tuning" / name), _file_state(TUNING_RECORDS / name)]
+
+
+def request_key(weights, precision: str, device: str) -> str:
+    """The index key of a request (see the module docstring)."""
+    import tvm
+
+    request = weights if weights is not None else os.environ.get(WEIGHTS_ENV) or None
+    fields = {
+        "weights": _file_state(Path(request).expanduser()) if request is not None else "default",
+        "precision": precision,
+        "device": device,
+        "machine": cpu_identity(),
+        "source": build_source_digest(),
+        "tvm": tvm.__version__,
+        "tuning": _tuning_state(),
+    }
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _entry(key: str) -> Path:
+    return cache_dir() / "ready" / f"{key}.json"
+
+
+@dataclass
+class Ready:
+    artifacts: dict[str, Artifact]  # component -> its symbolic-length build
+    weights: dict  # the WeightsInfo the builds were made from, as the sidecar records it
+
+    def provider(self, component: str, length: int | None) -> Artifact:
+        if length is not None:
+            raise ArtifactError(f"ready builds are symbolic-length builds; asked for {component} at length {length}")
+        return self.artifacts[component]
+
+
+def find(weights, precision: str, device: str = "cpu") -> Ready | None:
+    """The ready builds of this request, or None (no entry, or one whose builds no longer check out)."""
+    import tvm
+
+    path = _entry(request_key(weights, precision, device))
+    if not path.is_file():
+        return None
+    try:
+        entry = json.loads(path.read_text())
+        artifacts = {name: Artifact.open(Path(entry["components"][name])) for name in NAMES}
+        digest = build_source_digest()
+        for artifact in artifacts.values():
+            key = artifact.manifest["key"]
+            if key.get("source") != digest or key.get("tvm") != tvm.__version__:
+                raise ArtifactError(f"{artifact.library.parent.name} was built from other source")
+            if file_sha256(artifact.library) != artifact.manifest["library_sha256"]:
+                raise ArtifactError(f"{artifact.library} does not match its recorded sha256")
+        return Ready(artifacts, entry["weights"])
+    except (OSError, ValueError, KeyError, ArtifactError) as exc:
+        log.info("ready index %s does not hold: %s (building path)", path.name, exc)
+        return None
+
+
+def save(weights, precision: str, device: str, artifacts: dict[str, Artifact], weights_info: dict) -> Path:
+    """Write the index entry of a request whose builds are `artifacts` (every component's symbolic build)."""
+    path = _entry(request_key(weights, precision, device))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {
+        "components": {name: str(a.library.parent) for name, a in artifacts.items()},
+        "weights": weights_info,
+    }
+    tmp = temporary_sibling(path)
+    tmp.write_text(json.dumps(entry, indent=1))
+    os.replace(tmp, path)
+    return path
