@@ -27,6 +27,13 @@ def _add_tune(sub) -> None:
     parser.add_argument("--budget", type=float, default=360.0, help="seconds of measuring (default 360)")
     parser.add_argument("--threads", type=positive_int, default=2, help="threads to time with (default 2)")
     parser.add_argument("--out", help="folder for the record (default: the cache; kokoro_tvm/data/tuning to commit)")
+    parser.add_argument(
+        "--gain",
+        metavar="PRECISION",
+        help="instead: time the model at PRECISION built with this CPU's record against the heuristics' builds",
+    )
+    parser.add_argument("--text", help="with --gain: the text (default: bench's sentence)")
+    parser.add_argument("--runs", type=positive_int, default=5, help="with --gain: interleaved rounds (default 5)")
     add_weights(parser)
     parser.set_defaults(func=command("tune"))
 

@@ -31,6 +31,13 @@ def commit() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.gain:
+        print(json.dumps(tuning_gain(args.text, args.gain, args.runs, threads=args.threads, weights=args.weights)))
+        return 0
+    return tune_here(args)
+
+
+def tune_here(args: argparse.Namespace) -> int:
     import torch  # (deferred: torch loads only for the commands that build)
     import tvm
     from tqdm.auto import tqdm
@@ -74,3 +81,91 @@ def run(args: argparse.Namespace) -> int:
     )
     print(json.dumps({"record": str(path), "fastest": fastest, **record.tuned}))
     return 0
+
+
+def tuning_gain(
+    text: str | None = None, precision: str = "fp32", runs: int = 5, warmup: int = 2, threads: int = 2, weights=None
+) -> dict:
+    """The whole model at `precision` built with this CPU's tuning record against the same builds from the
+    heuristics (KOKORO_TVM_TUNING=off), one process, interleaved: the gain tuning buys on this machine. Both sets
+    of symbolic builds are found in the cache or built first (minutes each, once)."""
+    import os
+
+    import numpy as np
+    import torch
+
+    from kokoro_tvm.commands.bench import DEFAULT_TEXT
+    from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.compiler.tuning import record as tuning
+    from kokoro_tvm.components import NAMES
+    from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
+    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+    from kokoro_tvm.machine import machine
+    from kokoro_tvm.paths import TUNING_ENV
+    from kokoro_tvm.reference.noise import ZeroNoise
+    from kokoro_tvm.runtime.buckets import DynamicLengths
+    from kokoro_tvm.timing import interleaved, set_threads
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    record = tuning.find()
+    if record is None:
+        raise InputError("this CPU has no tuning record to compare with: run `kokoro-tvm tune` first")
+    text = text or DEFAULT_TEXT
+    chunk = one_chunk(text, DEFAULT_LANGUAGE, "tune")
+    style = load_voice(DEFAULT_VOICE).style(len(chunk.phonemes))
+    set_threads(threads)
+    model, info = load_kmodel(weights, dtype=torch.float32)
+    runtimes = {}
+    for label, setting in (("tuned", None), ("heuristic", "off")):
+        before = os.environ.pop(TUNING_ENV, None)
+        if setting:
+            os.environ[TUNING_ENV] = setting
+        try:  # every component built (or found) and loaded while the setting holds
+            runtime = compiled_kokoro(model, info.fingerprint, precision, buckets=DynamicLengths())
+            for name in NAMES:
+                runtime.runner(name, 8)
+        finally:
+            os.environ.pop(TUNING_ENV, None)
+            if before is not None:
+                os.environ[TUNING_ENV] = before
+        runtimes[label] = runtime
+    audio = {k: r.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise()).audio for k, r in runtimes.items()}
+    calls = {k: (lambda r=r: r.run_stages(chunk.padded_ids, style, 1.0, ZeroNoise())) for k, r in runtimes.items()}
+    samples = interleaved(calls, runs, warmup)
+    medians = {k: float(np.median(v)) for k, v in samples.items()}
+    return {
+        "text": text,
+        "precision": precision,
+        "record": record.name,
+        "threads": threads,
+        "runs": runs,
+        "tuned_s": medians["tuned"],
+        "heuristic_s": medians["heuristic"],
+        "spread_s": {k: [min(v), max(v)] for k, v in samples.items()},
+        "gain": medians["heuristic"] / medians["tuned"],
+        # a choice changes the order of float32 sums only: the audio differs in rounding, never in length
+        "max_abs_difference": float(np.abs(audio["tuned"] - audio["heuristic"]).max()),
+        "machine": machine().as_dict(),
+    }
+
+
+def class_table(record, rows: int | None = None) -> list[dict]:
+    """A tuning record's classes, largest share of the work first: the heuristic's and the best candidate's
+    kernel time at the measured length, the gain, and what the build does (the tile kept, or the float32 conv
+    for a packed class that was not faster)."""
+    table = []
+    for key, measured in sorted(record.measured.items(), key=lambda item: -item[1]["share"]):
+        seconds = measured["seconds"]
+        choice = record.choice(key)
+        kept_float32 = key in record.packed and not record.packed[key]
+        table.append(
+            {
+                "class": key,
+                "share": measured["share"],
+                "heuristic_ms": 1e3 * seconds["heuristic"],
+                "tuned_ms": 1e3 * min(seconds.values()),
+                "gain": seconds["heuristic"] / min(seconds.values()),
+                "build": "float32 conv" if kept_float32 else (choice.label if choice else "heuristic tile"),
+            }
+        )
+    return table[:rows] if rows else table
