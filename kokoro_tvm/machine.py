@@ -151,3 +151,24 @@ def record_name(identity: dict) -> str:
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
     vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(identity.get("vendor"), "cpu")
     return f"{vendor}-f{identity.get('family')}-m{identity.get('model')}-{digest}.json"
+
+
+ARCH_REQ_XCOMP_PERM = 0x1023  # arch_prctl: ask for an extended state component
+XFEATURE_XTILEDATA = 18  # AMX's tile data
+SYS_ARCH_PRCTL = 158  # x86-64
+
+
+@functools.cache
+def amx_tiles() -> bool:
+    """Whether this process may use AMX tiles: the CPU reports amx_tile and Linux granted the tile state
+    (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, once per process; an old kernel or a container that
+    forbids it refuses). Without the grant the first tile instruction is SIGILL, so nothing uses AMX then."""
+    if "amx_tile" not in machine().flags or platform.machine() != "x86_64":
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
+    except (OSError, AttributeError):
+        return False

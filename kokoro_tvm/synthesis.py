@@ -160,6 +160,8 @@ class TVMBackend:
             "precision": self.precision,
             "precision_choice": self.choice,
             "started": self.started,
+            # the components whose build runs some convs on AMX tiles (kokoro_tvm.compiler.amx)
+            "amx": [a.component for a in self.compiled.loaded_artifacts() if a.manifest["key"].get("amx_kernel")],
         }
 
     def speak(self, chunk: Chunk, style: np.ndarray, speed: float, noise: NoiseSource, stream: int):

@@ -108,15 +108,15 @@ def test_a_packed_conv_the_record_measured_slower_stays_float32():
             return Bf16Convolutions()(mod).script().count("bf16_conv1d")
 
     assert bf16_calls(None) > 0
-    assert bf16_calls(TuningRecord(cpu_identity(), packed={packed_class: True})) > 0
-    assert bf16_calls(TuningRecord(cpu_identity(), packed={packed_class: False})) == 0
+    assert bf16_calls(TuningRecord(cpu_identity(), packed={packed_class: tuning.AVX512})) > 0
+    assert bf16_calls(TuningRecord(cpu_identity(), packed={packed_class: tuning.FLOAT32})) == 0
 
 
 def test_the_record_file_round_trips_and_its_digest_is_its_decisions(tmp_path):
     record = TuningRecord(
         cpu_identity(),
         {"float32xfloat32:256:256x7": Choice(8, 2, False)},
-        {"uint16xuint16:256:128x7x2": False},
+        {"uint16xuint16:256:128x7x2": tuning.FLOAT32},
         {"float32xfloat32:256:256x7": {"seconds": {"heuristic": 0.05, "8x2c": 0.04}}},
         {"date": "2026-11-28", "precision_seconds": {"fp32": 2.0, "bf16": 2.1, "int8": 0.9}},
     )
@@ -152,13 +152,20 @@ def test_packed_classes_compare_with_their_float32_twin():
     assert tuner.float32_class("uint16xuint16:1024:545x2") == "float32xfloat32:1024:1090"
     assert tuner.float32_class("float32xfloat32:5:11x4") is None
 
-    def result(key, best):
-        return tuner.ClassResult(key, "f", 0.1, {"heuristic": best * 1.2, "8x2c": best}, None)
+    def result(key, best, amx=None):
+        return tuner.ClassResult(key, "f", 0.1, {"heuristic": best * 1.2, "8x2c": best}, None, amx_seconds=amx)
 
-    results = {r.key: r for r in (result("float32xfloat32:256:256x7", 1.0), result("uint16xuint16:256:128x7x2", 0.95))}
-    assert tuner.packed_choices(results) == {"uint16xuint16:256:128x7x2": False}  # not PACKED_MARGIN faster
-    results["uint16xuint16:256:128x7x2"] = result("uint16xuint16:256:128x7x2", 0.5)
-    assert tuner.packed_choices(results) == {"uint16xuint16:256:128x7x2": True}
+    packed = "uint16xuint16:256:128x7x2"
+    results = {r.key: r for r in (result("float32xfloat32:256:256x7", 1.0), result(packed, 0.95))}
+    assert tuner.packed_choices(results) == {packed: tuning.FLOAT32}  # not PACKED_MARGIN faster
+    results[packed] = result(packed, 0.5)
+    assert tuner.packed_choices(results) == {packed: tuning.AVX512}
+    results[packed] = result(packed, 0.5, amx=0.45)  # faster alone, not by AMX_MARGIN (its epilogue is a pass)
+    assert tuner.packed_choices(results) == {packed: tuning.AVX512}
+    results[packed] = result(packed, 0.5, amx=0.2)
+    assert tuner.packed_choices(results) == {packed: tuning.AMX}
+    results[packed] = result(packed, 2.0, amx=0.5)  # the vector kernel loses to float32, the tiles do not
+    assert tuner.packed_choices(results) == {packed: tuning.AMX}
 
 
 def test_the_budget_bounds_the_classes_measured(conv_class):

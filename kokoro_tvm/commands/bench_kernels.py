@@ -132,6 +132,53 @@ def conv_peak(
         record["tvm_bf16_vs_torch_bf16"] = times["torch_bf16"] / times["tvm_bf16"]
     if "tvm_int8" in times and "torch_int8" in times:
         record["tvm_int8_vs_torch_int8"] = times["torch_int8"] / times["tvm_int8"]
+    return record | amx_rates(threads, steps, runs, channels, taps, dilation)
+
+
+def amx_rates(threads: int, steps: int, runs: int, channels: int, taps: int, dilation: int) -> dict:
+    """Where this process may use AMX (kokoro_tvm.machine.amx_tiles): our tile conv (kokoro_tvm.compiler.amx)
+    on the conv_peak shape in bf16 and int8 (GOP/s), the tile engine's peak from a tight loop of its multiply
+    (`amx.peak_function`) and the conv's share of it; nothing elsewhere."""
+    import tvm
+
+    from kokoro_tvm.compiler import amx
+    from kokoro_tvm.machine import amx_tiles
+
+    if not amx_tiles():
+        return {}
+    rng, target, record = np.random.default_rng(0), tvm.target.Target(host_target()), {}
+    operations = 2 * channels * channels * taps * steps
+    for name, kind in amx.KINDS.items():
+        conv = amx.conv_function(kind, channels, channels, taps, dilation, amx.COL_TILES)
+        peak = amx.peak_function(kind, threads)
+        library = tvm.compile(
+            tvm.IRModule(
+                {
+                    "amx_conv1d": conv.with_attr("global_symbol", "amx_conv1d"),
+                    "amx_peak": peak.with_attr("global_symbol", "amx_peak"),
+                }
+            ),
+            target=target,
+        )
+        padded = steps + dilation * (taps - 1)
+        x = rng.integers(0, 127, (1, channels // kind.group, padded, kind.group)).astype(kind.activation)
+        w = rng.integers(0, 127, (taps, channels // kind.block_channels, channels, kind.block_channels))
+        args = [tvm.runtime.tensor(x), tvm.runtime.tensor(w.astype(kind.weight))]
+        args.append(tvm.runtime.tensor(np.zeros((1, channels, steps), kind.accumulator)))
+        calls = 20_000
+        tiles = [tvm.runtime.tensor(np.zeros((threads, 256), kind.accumulator))]
+        tiles += [tvm.runtime.tensor(np.ones(1024, "uint8")) for _ in range(2)]
+        conv_fn, peak_fn = library["amx_conv1d"], library["amx_peak"]
+        peak_fn(*tiles, 100)  # threads up
+        kernels = {
+            "conv": lambda f=conv_fn, a=args: f(*a),
+            "peak": lambda f=peak_fn, t=tiles, n=calls: f(*t, n),
+        }
+        times = median_interleaved(kernels, runs, 1)
+        peak_ops = 2 * threads * calls * amx.PEAK_STEPS * amx.tile_multiply_adds(kind) / times["peak"]
+        record[f"tvm_amx_{name}_gops"] = operations / times["conv"] / 1e9
+        record[f"amx_{name}_peak_gops"] = peak_ops / 1e9
+        record[f"tvm_amx_{name}_share_of_peak"] = operations / times["conv"] / peak_ops
     return record
 
 

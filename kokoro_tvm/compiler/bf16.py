@@ -35,7 +35,7 @@ from __future__ import annotations
 from tvm import relax, te, tirx
 from tvm.script import tirx as T
 
-from kokoro_tvm.compiler import packed
+from kokoro_tvm.compiler import amx, packed
 
 # Bump when the bf16 rewrite or kernel changes what a bf16 build computes or how (part of bf16 artifacts' keys
 # only: float32 and float64 artifacts stay valid). 2: operands passed by value (the tile stays in registers);
@@ -199,7 +199,27 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
     return builder.emit_te(_conv, xq, wq, dilation, tail, primfunc_name_hint="bf16_conv1d")
 
 
-KERNEL = packed.PackedKernel(group=2, emit=_emit, operands="uint16xuint16")
+def _amx_weights(w: te.Tensor) -> te.Tensor:
+    """w [o, c, k] float32 -> [k, c / 32, o, 32] bf16 bits: the AMX kernel's A tiles (kokoro_tvm.compiler.amx)."""
+    o, c, k = w.shape
+    block = amx.KINDS["bf16"].block_channels
+    return te.compute(
+        (k, c // block, o, block), lambda j, cb, a, i: to_bf16_bits(w[a, cb * block + i, j]), name="amx_bf16_w"
+    )
+
+
+def _emit_amx(builder, x, w, left: int, right: int, dilation: int, tail: int):
+    """x packed as bf16 channel pairs (as `_emit`), w as AMX A tiles, the tile conv (kokoro_tvm.compiler.amx)."""
+    words = builder.emit_te(_pack_activation, x, left, right, primfunc_name_hint="bf16_pack_x")
+    n, half, padded = words.ty.shape
+    xq = builder.emit(relax.op.memory.view(words, relax.ShapeExpr([n, half, padded, 2]), "uint16"))
+    wq = builder.emit_te(_amx_weights, w, primfunc_name_hint="amx_bf16_w")
+    o, c, k = (int(d) for d in w.ty.shape)
+    length = padded - dilation * (k - 1) - tail
+    return amx.emit_conv(builder, amx.KINDS["bf16"], xq, wq, o, c, k, dilation, length)
+
+
+KERNEL = packed.PackedKernel(group=2, emit=_emit, operands="uint16xuint16", amx="bf16", emit_amx=_emit_amx)
 
 
 # Snake's sine before a bf16 conv (passes.SnakeSine): 6 Taylor terms, error below float32's half ulp at 1; its

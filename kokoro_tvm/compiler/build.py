@@ -25,14 +25,14 @@ import torch
 import tvm
 
 from kokoro_tvm.artifacts import Artifact, ArtifactError, build_source_digest, file_sha256, params_digest
-from kokoro_tvm.compiler import bf16, int8
+from kokoro_tvm.compiler import amx, bf16, int8
 from kokoro_tvm.compiler.arithmetic import require_arithmetic
 from kokoro_tvm.compiler.converters import to_relax
 from kokoro_tvm.compiler.export import ComponentShape, export_component
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, lift_weight_transforms
 from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
 from kokoro_tvm.compiler.targets import DTYPES, check_dtype, cpu_geometry, host_target
-from kokoro_tvm.compiler.tuning import record as tuning
+from kokoro_tvm.compiler.tuning import record as tuning_record
 from kokoro_tvm.compiler.tuning.record import TuningRecord
 from kokoro_tvm.components import (
     LENGTH_TILE,
@@ -41,6 +41,7 @@ from kokoro_tvm.components import (
     check_arithmetic,
 )
 from kokoro_tvm.components import component as component_info
+from kokoro_tvm.machine import amx_tiles
 from kokoro_tvm.paths import cache_dir, cache_lock, temporary_sibling
 from kokoro_tvm.reference.pt_dynamic import default_dtype
 
@@ -146,6 +147,15 @@ def key_fields(spec: BuildSpec, weights_fingerprint: str, target: dict, tuning: 
         **({"cpu_geometry": asdict(cpu_geometry(target))} if target.get("kind") == "llvm" else {}),
         # the measured schedules it was built with (kokoro_tvm.compiler.tuning): a new record rebuilds
         **({"tuning": tuning.digest()} if tuning is not None else {}),
+        # AMX tile kernels where the record chose them and this process may use the tile engine (the runtime
+        # asks for the same grant before it loads the library)
+        **({"amx_kernel": amx.KERNEL_VERSION} if _uses_amx(spec, tuning) else {}),
+    )
+
+
+def _uses_amx(spec: BuildSpec, record: TuningRecord | None) -> bool:
+    return (
+        record is not None and spec.precision != "full" and tuning_record.AMX in record.packed.values() and amx_tiles()
     )
 
 
@@ -181,7 +191,7 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
     then finds it built), and every file is written under a temporary name and renamed into place, the
     manifest last, so a reader never meets a half-written library."""
     target = target or host_target()
-    record = tuning.for_target(target)
+    record = tuning_record.for_target(target)
     fields = key_fields(spec, weights_fingerprint, target, record)
     folder = cache_folder(spec, fields)
     with cache_lock(folder):
@@ -190,7 +200,7 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
             return cached
         library = folder / "component.so"
         model = model if isinstance(model, torch.nn.Module) else model()
-        with tuning.using(record):
+        with tuning_record.using(record):
             params = _params_path(weights_fingerprint, spec)
             manifest = _build(model, spec, target, fields, library, params, decomposed)
         tmp = temporary_sibling(folder / "manifest.json")

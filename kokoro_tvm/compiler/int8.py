@@ -38,7 +38,7 @@ from __future__ import annotations
 from tvm import relax, te, tirx
 from tvm.script import tirx as T
 
-from kokoro_tvm.compiler import packed
+from kokoro_tvm.compiler import amx, packed
 
 # Bump when the int8 rewrite or kernel changes what an int8 build computes or how (part of int8 artifacts' keys).
 KERNEL_VERSION = 4
@@ -219,9 +219,9 @@ def _dequantize(acc: te.Tensor, correction: te.Tensor, row_scale: te.Tensor) -> 
     )
 
 
-def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
+def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int, tiles: bool = False):
     """This call's channel ranges, the weights folded and packed, x packed as uint8 quads, the conv and its
-    dequantization (packed.PackedKernel's `emit`)."""
+    dequantization (packed.PackedKernel's `emit`); with `tiles`, the conv on AMX (kokoro_tvm.compiler.amx)."""
     op, f32 = relax.op, lambda v: relax.const(v, "float32")
     # the channel ranges of this call, widened to hold 0 (the padding)
     ranges = builder.emit_te(_channel_range, x, primfunc_name_hint="int8_range")
@@ -251,8 +251,28 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
     words = builder.emit_te(_pack_activation, x, inverse, zero, left, right, primfunc_name_hint="int8_pack_x")
     n, quads, padded = words.ty.shape
     xq = builder.emit(relax.op.memory.view(words, relax.ShapeExpr([n, quads, padded, 4]), "uint8"))
-    acc = builder.emit_te(conv, xq, wq, dilation, tail, primfunc_name_hint="int8_conv1d")
+    if tiles:
+        weights = builder.emit_te(_amx_weights, wq, primfunc_name_hint="amx_int8_w")
+        length = padded - dilation * (k - 1) - tail
+        acc = amx.emit_conv(builder, amx.KINDS["int8"], xq, weights, o, c, k, dilation, length)
+    else:
+        acc = builder.emit_te(conv, xq, wq, dilation, tail, primfunc_name_hint="int8_conv1d")
     return builder.emit_te(_dequantize, acc, correction, row_scale, primfunc_name_hint="int8_dequantize")
 
 
-KERNEL = packed.PackedKernel(group=4, emit=_emit, operands="int8xuint8")
+def _amx_weights(wq: te.Tensor) -> te.Tensor:
+    """The call's int8 weights [o, c / 4, k, 4] -> [k, c / 64, o, 64]: the AMX kernel's A tiles."""
+    o, quads, k, _ = wq.shape
+    block = amx.KINDS["int8"].block_channels
+    return te.compute(
+        (k, quads * 4 // block, o, block),
+        lambda j, cb, a, i: wq[a, (cb * block + i) // 4, j, (cb * block + i) % 4],
+        name="amx_int8_w",
+    )
+
+
+def _emit_amx(builder, x, w, left: int, right: int, dilation: int, tail: int):
+    return _emit(builder, x, w, left, right, dilation, tail, tiles=True)
+
+
+KERNEL = packed.PackedKernel(group=4, emit=_emit, operands="int8xuint8", amx="int8", emit_amx=_emit_amx)

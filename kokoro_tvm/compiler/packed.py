@@ -151,6 +151,8 @@ class PackedKernel:
     group: int
     emit: Callable
     operands: str  # its conv's operand dtypes as a tuning class names them: "uint16xuint16", "int8xuint8"
+    amx: str | None = None  # its kokoro_tvm.compiler.amx kind, whose tile kernel `emit_amx` emits instead
+    emit_amx: Callable | None = None
 
     def tuning_class(self, out_channels: int, in_channels: int, taps: int) -> str:
         """The contraction class (kokoro_tvm.compiler.tuning) of this kernel's conv of that shape: the

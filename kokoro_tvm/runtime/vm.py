@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kokoro_tvm.artifacts import Artifact, ArtifactError
+from kokoro_tvm.machine import amx_tiles
 from kokoro_tvm.runtime.devices import use_every_cpu
 
 
@@ -68,6 +69,12 @@ class ComponentRunner(VMRunner):
         import tvm
 
         self.artifact = artifact
+        if artifact.manifest["key"].get("amx_kernel") and not amx_tiles():
+            # its tile instructions would be SIGILL without the kernel's grant (kokoro_tvm.machine.amx_tiles)
+            raise ArtifactError(
+                f"{artifact.library.parent.name} uses AMX, which this process may not use (no amx_tile, or the "
+                "kernel refused the tile state): rebuild here (the build then uses AVX-512 kernels)"
+            )
         try:
             library = tvm.runtime.load_module(str(artifact.library))
         except Exception as exc:  # TVM raises its own error types for unreadable libraries

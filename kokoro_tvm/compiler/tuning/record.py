@@ -25,7 +25,11 @@ from kokoro_tvm.paths import TUNING_ENV, TUNING_RECORDS, cache_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: a packed class names its kernel (amx, avx512, float32); 1 said packed or not
+
+
+AMX, AVX512, FLOAT32 = "amx", "avx512", "float32"  # a packed class's kernel
+KERNELS = (AMX, AVX512, FLOAT32)
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class Choice:
 class TuningRecord:
     cpu: dict
     choices: dict[str, Choice] = field(default_factory=dict)
-    packed: dict[str, bool] = field(default_factory=dict)  # packed class -> keep the packed kernel
+    packed: dict[str, str] = field(default_factory=dict)  # packed class -> the kernel it runs on (KERNELS)
     measured: dict = field(default_factory=dict)  # per class: every candidate's seconds, for the notebook
     tuned: dict = field(default_factory=dict)  # when, on what commit, how long, at which length
 
@@ -63,9 +67,10 @@ class TuningRecord:
         timed = [p for p in available if seconds.get(p)]
         return min(timed, key=lambda p: seconds[p]) if timed else None
 
-    def keeps_packed(self, key: str) -> bool:
-        """Whether packed conv class `key` stays packed (unmeasured classes do)."""
-        return self.packed.get(key, True)
+    def packed_kernel(self, key: str) -> str:
+        """The kernel packed conv class `key` runs on: AMX, AVX512 (the vector kernel; unmeasured classes) or
+        FLOAT32 (the packed kernels were not faster than the float32 conv)."""
+        return self.packed.get(key, AVX512)
 
     def decisions(self) -> dict:
         """What a build computes from (not the timings): part of every llvm build's cache key."""
@@ -93,7 +98,9 @@ class TuningRecord:
             if data.get("format") != FORMAT:
                 raise ValueError(f"format {data.get('format')!r}, this version reads {FORMAT}")
             choices = {k: Choice(int(r), int(v), bool(o)) for k, (r, v, o) in data["choices"].items()}
-            packed = {k: bool(v) for k, v in data["packed"].items()}
+            packed = {k: str(v) for k, v in data["packed"].items()}
+            if set(packed.values()) - set(KERNELS):
+                raise ValueError(f"a packed class names a kernel outside {KERNELS}")
             return cls(data["cpu"], choices, packed, data.get("measured", {}), data.get("tuned", {}))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InputError(f"tuning record {path} is unreadable: {exc}") from None

@@ -8,8 +8,9 @@
 - `measure(func, choice, target, tiles)`: one function scheduled with one choice (or the heuristics), compiled,
   and timed at `tiles` length tiles on random inputs: the median of a few calls;
 - `tune_functions(classes, target, budget_s)`: classes by their share of the work, largest first, until the
-  budget is spent; `packed_choices`: per packed (bf16 / int8) conv class, whether it beat the float32 conv of the
-  same shape.
+  budget is spent; `measure_amx`: a packed class's conv on the AMX tile engine, where the CPU has one;
+  `packed_choices`: per packed (bf16 / int8) conv class, its kernel: AMX, the AVX-512 vector kernel, or the
+  float32 conv where neither beat it.
 
 The functions are the build's own (same fusion, same epilogues, symbolic length), so a choice measured here is
 the choice the build makes. Timing happens in this process with the build's thread count.
@@ -31,7 +32,7 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 from kokoro_tvm.compiler.schedule.cpu.base import extent
 from kokoro_tvm.compiler.schedule.cpu.contraction import contraction_class, match_contraction
 from kokoro_tvm.compiler.targets import CPUGeometry, cpu_geometry
-from kokoro_tvm.compiler.tuning.record import Choice, TuningRecord, using
+from kokoro_tvm.compiler.tuning.record import AMX, AVX512, FLOAT32, Choice, TuningRecord, using
 from kokoro_tvm.components import LENGTH_TILE
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,11 @@ MARGIN = 0.97
 # Packed (bf16 / int8) convs pay for packing their activations (a pass over the input the float32 conv does not
 # make); a packed conv is kept only when its conv alone beats the float32 conv by this factor.
 PACKED_MARGIN = 0.9
+# The AMX conv (kokoro_tvm.compiler.amx) is timed alone, the vector kernels with their fused epilogue (bias,
+# residual, the int8 dequantization): the AMX path adds that epilogue as a pass over the output, about a fifth of
+# the conv's time for a 128-channel conv (its output is as large as its input); it is chosen where its conv
+# alone takes at most this share of the vector kernel's time.
+AMX_MARGIN = 0.8
 
 
 @dataclass
@@ -203,6 +209,7 @@ class ClassResult:
     seconds: dict[str, float]  # candidate label (or "heuristic") -> seconds
     choice: Choice | None  # None: the heuristic stays
     work: int = 1  # the measured function's multiply-adds
+    amx_seconds: float | None = None  # a packed class's conv on the tile engine alone, where it can run there
 
     @property
     def best(self) -> float:
@@ -252,16 +259,74 @@ def float32_class(packed_key: str) -> str | None:
     return f"float32xfloat32:{rows}:{'x'.join(str(v) for v in channels)}"
 
 
-def packed_choices(results: dict[str, ClassResult]) -> dict[str, bool]:
-    """Per packed class with a measured float32 twin: keep the packed kernel only if it beat the float32 one by
-    PACKED_MARGIN (both at their best choice)."""
+def _packed_shape(key: str) -> tuple[str, int, int, int] | None:
+    """(amx kind, out channels, in channels, taps) of a packed class key, None for any other class."""
+    operands, rows, reduce = key.split(":")
+    kind = {"uint16xuint16": "bf16", "int8xuint8": "int8"}.get(operands)
+    if kind is None:
+        return None
+    *groups, width = (int(v) for v in reduce.split("x"))
+    return kind, int(rows), groups[0] * width, groups[1] if len(groups) > 1 else 1
+
+
+def measure_amx(result: ClassResult, target, calls: int = CALLS) -> float | None:
+    """Seconds of the AMX conv (kokoro_tvm.compiler.amx) of a packed class's shape at the length its vector
+    kernel was timed at (dilation 1: the tile loads do not care where a tap starts), or None where it cannot run
+    (no AMX, a refused tile permission, a shape the kernel does not take)."""
+    from kokoro_tvm.compiler import amx
+    from kokoro_tvm.machine import amx_tiles
+
+    shape = _packed_shape(result.key)
+    if shape is None or not amx_tiles():
+        return None
+    name, out_channels, in_channels, taps = shape
+    kind, length = amx.KINDS[name], result.work // (out_channels * in_channels * taps)
+    if not amx.usable(kind, out_channels, in_channels, length, 1):
+        return None
+    func = amx.conv_function(kind, out_channels, in_channels, taps, 1, amx.COL_TILES)
+    label = f"{amx.MARK}_{name}"
+    compiled = tvm.compile(
+        tvm.IRModule({label: func.with_attr("global_symbol", label)}), target=tvm.target.Target(target)
+    )
+    rng = np.random.default_rng(0)
+    groups, block = in_channels // kind.group, kind.block_channels
+    args = [
+        tvm.runtime.tensor(_random((1, groups, length + taps - 1, kind.group), kind.activation, rng)),
+        tvm.runtime.tensor(_random((taps, in_channels // block, out_channels, block), kind.weight, rng)),
+        tvm.runtime.tensor(np.zeros((1, out_channels, length), kind.accumulator)),
+    ]
+    return time_interleaved({"amx": compiled[label]}, args, calls)["amx"]
+
+
+def packed_choices(results: dict[str, ClassResult]) -> dict[str, str]:
+    """Per packed class with a measured float32 twin, its kernel (record.AMX, AVX512 or FLOAT32): the faster
+    packed kernel (AMX counted at its time over AMX_MARGIN), if it beat the float32 conv by PACKED_MARGIN."""
     kept = {}
     for key, result in results.items():
         twin = results.get(float32_class(key) or "")
         if twin is None:
             continue
-        kept[key] = result.best < PACKED_MARGIN * twin.best
+        tiles = result.amx_seconds / AMX_MARGIN if result.amx_seconds is not None else float("inf")
+        packed = min(tiles, result.best)
+        if packed >= PACKED_MARGIN * twin.best:
+            kept[key] = FLOAT32
+        else:
+            kept[key] = AMX if tiles < result.best else AVX512
     return kept
+
+
+def kernel_seconds(
+    key: str, results: dict[str, ClassResult], packed: dict[str, str]
+) -> tuple[ClassResult, float] | None:
+    """The class result a build's function of class `key` runs as, and its seconds (AMX at its conv time over
+    AMX_MARGIN, as packed_choices counts it)."""
+    kernel = packed.get(key, AVX512)
+    result = results.get(float32_class(key) if kernel == FLOAT32 else key)
+    if result is None:
+        return None
+    if kernel == AMX and results[key].amx_seconds is not None:
+        return results[key], results[key].amx_seconds / AMX_MARGIN
+    return result, result.best
 
 
 # --- the model's classes, and the whole tuning run -----------------------------------------------------------
@@ -309,9 +374,10 @@ def estimated_seconds(classes: dict[str, list[ContractionFunction]], results: di
     twin's), unmeasured classes left out. What the record's `precision_seconds` sum."""
     seconds = 0.0
     for key, functions in classes.items():
-        result = results.get(key if packed.get(key, True) else float32_class(key))
-        if result is not None:
-            seconds += sum(result.best * f.multiply_adds / result.work for f in functions)
+        found = kernel_seconds(key, results, packed)
+        if found is not None:
+            result, best = found
+            seconds += sum(best * f.multiply_adds / result.work for f in functions)
     return seconds
 
 
@@ -334,6 +400,8 @@ def tune(model, target, precisions=("fp32", "bf16", "int8"), budget_s: float = B
     for found in modules.values():
         merge(classes, found)
     results = {r.key: r for r in tune_functions(classes, target, budget_s, progress or (lambda items: items))}
+    for result in results.values():
+        result.amx_seconds = measure_amx(result, target)
     packed = packed_choices(results)
     precision_seconds = {
         p: sum(
@@ -345,7 +413,11 @@ def tune(model, target, precisions=("fp32", "bf16", "int8"), budget_s: float = B
         cpu_identity(),
         {k: r.choice for k, r in results.items() if r.choice is not None},
         packed,
-        {k: {"function": r.function, "share": round(r.share, 4), "seconds": r.seconds} for k, r in results.items()},
+        {
+            k: {"function": r.function, "share": round(r.share, 4), "seconds": r.seconds}
+            | ({"amx_seconds": r.amx_seconds} if r.amx_seconds is not None else {})
+            for k, r in results.items()
+        },
         {
             "date": datetime.date.today().isoformat(),
             "length_frames": MEASURE_TILES * LENGTH_TILE,
