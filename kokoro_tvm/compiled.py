@@ -6,21 +6,28 @@ above both: synthesis, the evaluation, the studies and the tests.
   `check_precision`: a `--precision` name (kokoro_tvm.components.PRECISIONS) exists and the device can run it
   (bf16: AVX512_BF16; int8: AVX512_VNNI as well); `runs_here`: whether this CPU can.
 - `resolve_precision`: `--precision auto`, the precision this CPU's tuning record measured fastest;
+- `ready_or_built`: the symbolic builds from the ready index without torch, or found / built and indexed;
 - `compiled_kokoro`: a runtime.kokoro.TVMKokoro whose artifacts the compiler builds on demand.
 - `compile_and_load`: any Relax module -> a runtime.vm.VMRunner (our pipeline, or stock TVM's for the probes).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from kokoro_tvm.compiler.arithmetic import require_arithmetic
 from kokoro_tvm.compiler.bf16 import Bf16Unsupported, host_supports_bf16
 from kokoro_tvm.compiler.int8 import host_supports_int8
+from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
 from kokoro_tvm.compiler.targets import check_dtype, host_target, target_for
-from kokoro_tvm.components import Precision, get_precision
+from kokoro_tvm.compiler.tuning.record import find
+from kokoro_tvm.components import NAMES, Precision, get_precision
+from kokoro_tvm.runtime import ready
+from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.runtime.devices import require_device
 from kokoro_tvm.runtime.kokoro import TVMKokoro
 from kokoro_tvm.runtime.vm import VMRunner
@@ -66,8 +73,6 @@ def resolve_precision(name: str, device: str = "cpu") -> tuple[str, str]:
         return name, "asked for"
     if device != "cpu":
         return "fp32", f"auto on {device}: GPU builds are fp32"
-    from kokoro_tvm.compiler.tuning.record import find
-
     available = [p for p in CPU_PRECISIONS if runs_here(p)]
     record = find()
     fastest = record.fastest_precision(available) if record is not None else None
@@ -98,6 +103,45 @@ def compiled_kokoro(
     return TVMKokoro(provider, chosen.dtype, buckets, device)
 
 
+READY = "its cached builds, started without torch"
+
+
+@dataclass
+class RecordedWeights:
+    """The weights a ready build was made from, as recorded (kokoro_tvm.runtime.ready): what a sidecar says."""
+
+    recorded: dict
+
+    def as_dict(self) -> dict:
+        return dict(self.recorded)
+
+
+def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu"):
+    """(TVMKokoro, its weights' info, how it started) for a checked precision: the symbolic-length builds on the
+    CPU from the ready index without torch when they are cached (kokoro_tvm.runtime.ready); otherwise the weights
+    load, the five builds are found or built with a progress bar, and the index is written."""
+    symbolic = isinstance(bucket_set, DynamicLengths) and device == "cpu"
+    found = ready.find(weights, precision, device) if symbolic else None
+    if found is not None:
+        dtype = get_precision(precision).dtype
+        return TVMKokoro(found.provider, dtype, bucket_set, device), RecordedWeights(found.weights), READY
+    import torch  # (deferred: what a ready start never loads)
+    from tqdm.auto import tqdm
+
+    from kokoro_tvm.weights.resolve import load_kmodel, load_weights
+
+    info = load_weights(weights)[0]  # resolved and fingerprinted: which cached builds are these weights'
+    # the KModel (kokoro, transformers: ~4 s) only where a build is missing; none where every one is cached
+    dtype = get_precision(precision).dtype
+    model = functools.cache(lambda: load_kmodel(weights, dtype=getattr(torch, dtype))[0])
+    compiled = compiled_kokoro(model, info.fingerprint, precision, buckets=bucket_set, device=device)
+    if not symbolic:
+        return compiled, info, "each build found or built on first use"
+    artifacts = {name: compiled.provider(name, None) for name in tqdm(NAMES, desc="builds", unit="component")}
+    ready.save(weights, precision, device, artifacts, info.as_dict())
+    return compiled, info, "its five builds found or built (once per machine), ready index written"
+
+
 def compile_and_load(
     mod,
     target: dict | None = None,
@@ -108,7 +152,5 @@ def compile_and_load(
 ) -> VMRunner:
     """Build a Relax module for `target` (default: this CPU with our pipeline; `stock=True`: TVM's default
     pipeline for generic LLVM, as the hazard probes need) and load it on the CPU as a numpy-callable runner."""
-    from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
-
     executable = compile_stock(mod, target) if stock else compile_relax(mod, target or host_target())
     return VMRunner(executable, "cpu", params, transform_params)

@@ -167,6 +167,11 @@ def lengths_for(names, tokens: int, frames: int) -> dict[str, int]:
     return {name: tokens if component(name).axis == TOKENS else frames for name in names}
 
 
+# The components whose convs `kokoro-tvm tune` measures (kokoro_tvm.compiler.tuning), by their share of a
+# sentence's time: the decoder (about 90 %), the F0 / N predictor and the text encoder. ALBERT's and the duration
+# path's matmuls run over tokens (a symbolic row extent): they keep the heuristic tile.
+TUNED_COMPONENTS = ("decoder", "f0n", "text_encoder")
+
 TOKEN_COMPONENTS = on_axis(TOKENS)
 FRAME_COMPONENTS = on_axis(FRAMES)
 

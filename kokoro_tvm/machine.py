@@ -11,6 +11,7 @@ schedules read from it (kokoro_tvm.compiler.targets.cpu_geometry).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import json
@@ -165,8 +166,6 @@ def amx_tiles() -> bool:
     forbids it refuses). Without the grant the first tile instruction is SIGILL, so nothing uses AMX then."""
     if "amx_tile" not in machine().flags or platform.machine() != "x86_64":
         return False
-    import ctypes
-
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0

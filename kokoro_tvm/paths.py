@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -65,3 +66,15 @@ def cache_lock(path: Path):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def repository_commit() -> str | None:
+    """The short commit of the checkout the package runs from (a tuning record or a bench row says what it was
+    measured on); None outside a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None

@@ -8,7 +8,6 @@ Kokoro's pad token, so its audio starts and ends in the model's own near-silence
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import math
@@ -35,7 +34,7 @@ from kokoro_tvm.frontend.text import (
 )
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.reference.noise import NoiseSource, noise_source
-from kokoro_tvm.runtime.buckets import DynamicLengths, parse_buckets
+from kokoro_tvm.runtime.buckets import parse_buckets
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +84,6 @@ class TorchBackend:
         return stages.audio, stages.durations
 
 
-@dataclass
-class _RecordedWeights:
-    """The weights a ready build was made from, as recorded (kokoro_tvm.runtime.ready): what a sidecar says."""
-
-    recorded: dict
-
-    def as_dict(self) -> dict:
-        return dict(self.recorded)
-
-
 class TVMBackend:
     """The compiled model (kokoro_tvm.runtime.kokoro) with the shapes of `buckets` (kokoro_tvm.runtime.buckets:
     default, the five symbolic-length builds; a bucket set; or exact lengths, `buckets="exact"`); each artifact
@@ -113,42 +102,15 @@ class TVMBackend:
         on this CPU by its tuning record). The symbolic-length builds on the CPU start from the ready index
         (kokoro_tvm.runtime.ready) without torch when they are cached; otherwise the weights load, the five builds
         are found or built (with a progress bar) and the index is written."""
-        from kokoro_tvm.compiled import check_device, check_precision, resolve_precision
-        from kokoro_tvm.runtime import ready
-        from kokoro_tvm.runtime.kokoro import TVMKokoro
+        from kokoro_tvm.compiled import check_device, check_precision, ready_or_built, resolve_precision
 
         precision, choice = resolve_precision(precision, device)
         dtype = check_precision(precision, device).dtype  # so does a CPU without bf16 for a bf16 build
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
         check_device(device, dtype)  # and a missing device
-        symbolic = isinstance(bucket_set, DynamicLengths) and device == "cpu"
-        found = ready.find(weights, precision, device) if symbolic else None
-        if found is not None:
-            log.info("tvm backend, %s (%s): its cached builds, started without torch", precision, choice)
-            compiled = TVMKokoro(found.provider, dtype, bucket_set, device)
-            return cls(compiled, _RecordedWeights(found.weights), precision, choice, "ready index, no torch")
-        return cls._build(weights, precision, choice, bucket_set, device, symbolic)
-
-    @classmethod
-    def _build(cls, weights, precision: str, choice: str, bucket_set, device: str, symbolic: bool) -> TVMBackend:
-        import torch
-        from tqdm.auto import tqdm
-
-        from kokoro_tvm.compiled import compiled_kokoro
-        from kokoro_tvm.components import NAMES, get_precision
-        from kokoro_tvm.runtime import ready
-        from kokoro_tvm.weights.resolve import load_kmodel, load_weights
-
-        info = load_weights(weights)[0]  # resolved and fingerprinted: which cached builds are these weights'
-        # the KModel (kokoro, transformers: ~4 s) only where a build is missing; none where every one is cached
-        dtype = get_precision(precision).dtype
-        model = functools.cache(lambda: load_kmodel(weights, dtype=getattr(torch, dtype))[0])
-        compiled = compiled_kokoro(model, info.fingerprint, precision, buckets=bucket_set, device=device)
-        if symbolic:
-            log.info("tvm backend, %s (%s): finding or building its five builds (once per machine)", precision, choice)
-            artifacts = {name: compiled.provider(name, None) for name in tqdm(NAMES, desc="builds", unit="component")}
-            ready.save(weights, precision, device, artifacts, info.as_dict())
-        return cls(compiled, info, precision, choice)
+        compiled, info, started = ready_or_built(weights, precision, bucket_set, device)
+        log.info("tvm backend, %s (%s): %s", precision, choice, started)
+        return cls(compiled, info, precision, choice, started)
 
     def describe(self, last_chunks: int) -> dict:
         """The bucket policy and the (token, frame) shapes the last `last_chunks` chunks ran in."""

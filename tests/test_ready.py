@@ -79,7 +79,7 @@ def test_the_english_g2p_loads_without_torch_and_leaves_it_importable():
 
 @pytest.mark.real
 def test_say_defaults_to_the_compiled_model_and_a_cached_one_starts_without_torch(tmp_path):
-    from kokoro_tvm.compiled import resolve_precision
+    from kokoro_tvm.compiled import READY, resolve_precision
     from kokoro_tvm.runtime.audio_io import read_wav
 
     code = (
@@ -95,7 +95,7 @@ def test_say_defaults_to_the_compiled_model_and_a_cached_one_starts_without_torc
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append((done.stdout.split()[-1], json.loads((tmp_path / name).with_suffix(".json").read_text())))
     (_, first), (torch_loaded, second) = runs
-    assert torch_loaded == "False" and second["tvm"]["started"] == "ready index, no torch"
+    assert torch_loaded == "False" and second["tvm"]["started"] == READY
     assert first["backend"] == second["backend"] == "tvm"
     assert second["tvm"]["precision"] == resolve_precision("auto")[0]
     assert second["weights"] == first["weights"]

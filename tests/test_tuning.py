@@ -13,8 +13,8 @@ from tvm import relax
 from kokoro_tvm.compiler.passes.bf16_convolutions import Bf16Convolutions
 from kokoro_tvm.compiler.pipeline import phases, schedule_passes
 from kokoro_tvm.compiler.targets import cpu_geometry, host_target
+from kokoro_tvm.compiler.tuning import measure, tuner
 from kokoro_tvm.compiler.tuning import record as tuning
-from kokoro_tvm.compiler.tuning import tuner
 from kokoro_tvm.compiler.tuning.record import Choice, TuningRecord
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.machine import cpu_identity
@@ -46,7 +46,7 @@ def _legalized(mod):
 
 @pytest.fixture(scope="module")
 def conv_class():
-    classes = tuner.contraction_functions(_legalized(_conv_module()))
+    classes = measure.contraction_functions(_legalized(_conv_module()))
     assert len(classes) == 1
     ((key, functions),) = classes.items()
     return key, functions[0]
@@ -69,16 +69,16 @@ def test_every_candidate_schedule_computes_the_same_conv(conv_class):
     and against numpy."""
     key, function = conv_class
     target = host_target()
-    args = tuner.arguments(function.func, tuner.MEASURE_TILES)
+    args = measure.arguments(function.func, measure.MEASURE_TILES)
     x, w, b = (a.numpy() for a in args[:3])
     padded = np.pad(x[0], ((0, 0), (TAPS // 2, TAPS // 2)))
     steps = x.shape[2]
     expected = np.einsum("oct,ctn->on", w, np.stack([padded[:, t : t + steps] for t in range(TAPS)], 1)) + b[0]
-    heuristic = _run(tuner.compile_function(function.func, target, None, function.name), args)
+    heuristic = _run(measure.compile_function(function.func, target, None, function.name), args)
     # float32 sums of 48 products in another order: within a few ulps of the magnitude (|value| ~ 7)
     np.testing.assert_allclose(heuristic[0], expected, rtol=1e-5, atol=1e-4)
-    for choice in tuner.candidates(cpu_geometry(target)):
-        kernel = tuner.kernel(function.func, target, choice, function.name)
+    for choice in measure.candidates(cpu_geometry(target)):
+        kernel = measure.kernel(function.func, target, choice, function.name)
         assert kernel is not None, f"{choice} does not apply to a 32-row conv over whole tiles"
         np.testing.assert_allclose(_run(kernel, args), heuristic, rtol=1e-5, atol=1e-4)
 

@@ -45,9 +45,9 @@ from kokoro_tvm.errors import InputError
 from kokoro_tvm.evaluation.quality import backend_quality
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
-from kokoro_tvm.machine import Machine, cpu_identity, machine, record_name
-from kokoro_tvm.paths import TUNING_RECORDS
+from kokoro_tvm.machine import machine
 from kokoro_tvm.reference.noise import ZeroNoise
+from kokoro_tvm.report import cpu_rows
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.timing import interleaved, median_interleaved, set_threads
 
@@ -309,61 +309,9 @@ def run(args: argparse.Namespace) -> int:
     record = _record(args)
     record.setdefault("machine", machine().as_dict())
     if getattr(args, "cpu_row", None) and "rtf" in record:
-        path = save_cpu_row(cpu_row(record), Path(args.cpu_row))
+        path = cpu_rows.save(cpu_rows.row(record, backend_rows(record)), Path(args.cpu_row))
         log.info("wrote this CPU's row of the per-CPU table: %s", path)
     return print_record(record, args.json)
-
-
-# The per-CPU table (notebook 08): one row per CPU family measured, committed beside the tuning records.
-CPU_ROWS = TUNING_RECORDS.parent / "benchmarks"
-
-
-def cpu_row(record: dict, date: str | None = None) -> dict:
-    """A bench record as one row of the per-CPU table: the CPU, when, on which commit, the text, and every
-    backend's median seconds and PESQ-WB (TVM's fastest build named)."""
-    import datetime
-
-    from kokoro_tvm.commands.tune import commit
-
-    m = record["machine"]
-    medians = {row["backend"]: row for row in backend_rows(record)}
-    tvm = {name: row for name, row in medians.items() if name.startswith("tvm")}
-    identity = cpu_identity(Machine.from_dict(m))
-    return {
-        "cpu": f"{m['cpu']} (family {m['family']}, model {m['model']})",
-        "record": record_name(identity),
-        "date": date or datetime.date.today().isoformat(),
-        "commit": commit(),
-        "text": record["text"],
-        "utterance_s": record["utterance_s"],
-        "threads": record["threads"],
-        "runs": record["runs"],
-        "tvm_fastest": min(tvm, key=lambda name: tvm[name]["median_s"]),
-        "backends": {
-            name: {"median_s": row["median_s"], "spread_s": row["spread_s"], "pesq_wb": row.get("pesq_wb")}
-            for name, row in medians.items()
-        },
-    }
-
-
-def save_cpu_row(row: dict, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / row["record"]
-    path.write_text(json.dumps(row, indent=1, sort_keys=True) + "\n")
-    return path
-
-
-def cpu_table(folder: Path = CPU_ROWS) -> list[dict]:
-    """The committed rows, flattened for a table: CPU, date, commit, TVM's fastest build and every backend's
-    median seconds (PESQ-WB beside the reduced-precision ones)."""
-    rows = []
-    for path in sorted(folder.glob("*.json")):
-        row = json.loads(path.read_text())
-        flat = {"cpu": row["cpu"], "date": row["date"], "commit": row["commit"], "tvm_fastest": row["tvm_fastest"]}
-        for name, values in sorted(row["backends"].items(), key=lambda item: item[1]["median_s"]):
-            flat[f"{name}_s"] = round(values["median_s"], 2)
-        rows.append(flat)
-    return rows
 
 
 def _record(args: argparse.Namespace) -> dict:

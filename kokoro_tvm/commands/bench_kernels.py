@@ -15,6 +15,7 @@ from kokoro_tvm.compiler.symbolic import tile_count
 from kokoro_tvm.compiler.targets import host_target
 from kokoro_tvm.components import NAMES, get_precision
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.machine import amx_tiles
 from kokoro_tvm.runtime.profile import kernel_seconds, kernel_split
 from kokoro_tvm.runtime.vm import ComponentRunner
 from kokoro_tvm.timing import interleaved, median_interleaved, set_threads
@@ -142,24 +143,13 @@ def amx_rates(threads: int, steps: int, runs: int, channels: int, taps: int, dil
     import tvm
 
     from kokoro_tvm.compiler import amx
-    from kokoro_tvm.machine import amx_tiles
 
     if not amx_tiles():
         return {}
-    rng, target, record = np.random.default_rng(0), tvm.target.Target(host_target()), {}
+    rng, record = np.random.default_rng(0), {}
     operations = 2 * channels * channels * taps * steps
     for name, kind in amx.KINDS.items():
-        conv = amx.conv_function(kind, channels, channels, taps, dilation, amx.COL_TILES)
-        peak = amx.peak_function(kind, threads)
-        library = tvm.compile(
-            tvm.IRModule(
-                {
-                    "amx_conv1d": conv.with_attr("global_symbol", "amx_conv1d"),
-                    "amx_peak": peak.with_attr("global_symbol", "amx_peak"),
-                }
-            ),
-            target=target,
-        )
+        library = amx.rate_library(kind, channels, taps, dilation, threads, host_target())
         padded = steps + dilation * (taps - 1)
         x = rng.integers(0, 127, (1, channels // kind.group, padded, kind.group)).astype(kind.activation)
         w = rng.integers(0, 127, (taps, channels // kind.block_channels, channels, kind.block_channels))

@@ -6,28 +6,25 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
+import os
 from pathlib import Path
 
+import numpy as np
+
 from kokoro_tvm import __version__
+from kokoro_tvm.compiler.targets import host_target
+from kokoro_tvm.compiler.tuning import record as tuning
+from kokoro_tvm.components import NAMES
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
+from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.machine import machine
+from kokoro_tvm.paths import TUNING_ENV, repository_commit
+from kokoro_tvm.reference.noise import ZeroNoise
+from kokoro_tvm.runtime.buckets import DynamicLengths
+from kokoro_tvm.timing import interleaved, set_threads
 
 log = logging.getLogger("kokoro_tvm.cli")
-
-
-def commit() -> str | None:
-    """The repository's commit where the package runs from a checkout (a record says what it was tuned on)."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,10 +40,7 @@ def tune_here(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from kokoro_tvm.compiled import runs_here
-    from kokoro_tvm.compiler.targets import host_target
-    from kokoro_tvm.compiler.tuning import record as tuning
     from kokoro_tvm.compiler.tuning import tuner
-    from kokoro_tvm.timing import set_threads
     from kokoro_tvm.weights.resolve import load_kmodel
 
     requested = [p.strip() for p in args.precision.split(",") if p.strip()]
@@ -64,7 +58,7 @@ def tune_here(args: argparse.Namespace) -> int:
         return tqdm(list(items), desc="tune", unit="class", disable=args.quiet)
 
     record = tuner.tune(model, host_target(), precisions, args.budget, progress)
-    record.tuned.update(kokoro_tvm=__version__, tvm=tvm.__version__, commit=commit(), threads=args.threads)
+    record.tuned.update(kokoro_tvm=__version__, tvm=tvm.__version__, commit=repository_commit(), threads=args.threads)
     path = record.save(Path(args.out) if args.out else tuning.user_folder())
     fastest = record.fastest_precision(precisions)
     log.info(
@@ -89,22 +83,10 @@ def tuning_gain(
     """The whole model at `precision` built with this CPU's tuning record against the same builds from the
     heuristics (KOKORO_TVM_TUNING=off), one process, interleaved: the gain tuning buys on this machine. Both sets
     of symbolic builds are found in the cache or built first (minutes each, once)."""
-    import os
-
-    import numpy as np
     import torch
 
     from kokoro_tvm.commands.bench import DEFAULT_TEXT
     from kokoro_tvm.compiled import compiled_kokoro
-    from kokoro_tvm.compiler.tuning import record as tuning
-    from kokoro_tvm.components import NAMES
-    from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
-    from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
-    from kokoro_tvm.machine import machine
-    from kokoro_tvm.paths import TUNING_ENV
-    from kokoro_tvm.reference.noise import ZeroNoise
-    from kokoro_tvm.runtime.buckets import DynamicLengths
-    from kokoro_tvm.timing import interleaved, set_threads
     from kokoro_tvm.weights.resolve import load_kmodel
 
     record = tuning.find()

@@ -25,7 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
-from tvm import tirx
+from tvm import relax, tirx
+from tvm.script import from_source
+from tvm.script import tirx as T
+
+from kokoro_tvm.compiler.sizes import divides
 
 TILE_ROWS = 16
 TILE_BYTES = 64  # a tile row: 16 float32 / int32 outputs, 32 bf16 or 64 int8 operands
@@ -163,9 +167,6 @@ def conv_function(kind: AmxKind, out_channels: int, in_channels: int, taps: int,
     """The TIR function `(xq [1, C / g, padded, g], wq [taps, C / B, O, B], out [1, O, length])` that runs the
     block kernel over every 32 x (16 col_tiles) block of `out` in parallel, the kernel's IR imported; `length`
     must be a multiple of 16 col_tiles and xq at least length + (taps - 1) dilation columns long."""
-    from tvm.script import from_source
-    from tvm.script import tirx as T
-
     name = kernel_name(kind, out_channels, in_channels, taps, dilation, col_tiles)
     source = _SOURCE.format(
         groups=in_channels // kind.group,
@@ -198,8 +199,6 @@ MARK = "amx_conv1d"  # in every AMX conv function's name
 def usable(kind: AmxKind, out_channels: int, in_channels: int, length, batch) -> bool:
     """Whether a conv of this shape can run on the tile kernel: whole 32-row output blocks, whole channel
     blocks, a length of whole column tiles, batch 1 (the symbolic builds')."""
-    from kokoro_tvm.compiler.sizes import divides
-
     return (
         shape_fits(kind, out_channels, in_channels)
         and divides(TILE_ROWS * COL_TILES, length)
@@ -211,8 +210,6 @@ def usable(kind: AmxKind, out_channels: int, in_channels: int, length, batch) ->
 def emit_conv(builder, kind: AmxKind, xq, wq, out_channels: int, in_channels: int, taps: int, dilation: int, length):
     """Add this shape's tile conv function to the module and call it on packed activations `xq` [1, C / g,
     padded, g] and weights `wq` [k, C / B, O, B]: out [1, O, length] in the kernel's accumulator type."""
-    from tvm import relax
-
     func = conv_function(kind, out_channels, in_channels, taps, dilation, COL_TILES)
     name = f"{MARK}_{kind.name}_o{out_channels}_c{in_channels}_k{taps}_d{dilation}"
     gvar = builder.add_func(func, name)
@@ -265,9 +262,6 @@ def main(out: T.Buffer((T.int64({threads}), T.int64(256)), "{accumulator}"),
 def peak_function(kind: AmxKind, threads: int):
     """TIR `(out [threads, 256], a [1024 bytes], b [1024 bytes], calls)`: each thread calls the peak kernel
     `calls` times; `calls` x PEAK_STEPS x the tile's multiply-adds per thread."""
-    from tvm.script import from_source
-    from tvm.script import tirx as T
-
     source = _PEAK_SOURCE.format(threads=threads, accumulator=kind.accumulator, name=kind.name)
     func = from_source(source, extra_vars={"T": T})
     return func.with_body(tirx.AttrStmt(0, "pragma_import_llvm", tvm.ir.StringImm(peak_ir(kind)), func.body))
@@ -276,3 +270,11 @@ def peak_function(kind: AmxKind, threads: int):
 def tile_multiply_adds(kind: AmxKind) -> int:
     """Multiply-adds of one tile instruction: 16 x 16 outputs x a 64-byte row of operands."""
     return TILE_ROWS * TILE_ROWS * kind.block_channels
+
+
+def rate_library(kind: AmxKind, channels: int, taps: int, dilation: int, threads: int, target):
+    """One library with this kind's conv of a channels x channels x taps shape (`amx_conv1d`) and its peak loop
+    (`amx_peak`): what `kokoro-tvm bench --conv-peak` times on an AMX machine."""
+    conv = conv_function(kind, channels, channels, taps, dilation, COL_TILES).with_attr("global_symbol", "amx_conv1d")
+    peak = peak_function(kind, threads).with_attr("global_symbol", "amx_peak")
+    return tvm.compile(tvm.IRModule({"amx_conv1d": conv, "amx_peak": peak}), target=tvm.target.Target(target))

@@ -13,6 +13,7 @@ import json
 import numpy as np
 from tvm import relax
 
+from kokoro_tvm.compiled import compile_and_load
 from kokoro_tvm.compiler.passes import frequency_conv
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, lift_weight_transforms
 from kokoro_tvm.compiler.targets import host_target
@@ -42,8 +43,6 @@ def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forc
     """One conv built direct and in the frequency domain: median seconds of each (interleaved) and each one's
     relative L2 error against PyTorch's conv in float64."""
     import torch
-
-    from kokoro_tvm.compiled import compile_and_load
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, channels, steps)).astype("float32")

@@ -5,6 +5,8 @@
   packed (bf16 / int8) conv class whether the packed kernel beat the float32 one. Records for the CPU families we
   measured are committed in kokoro_tvm/data/tuning/; `kokoro-tvm tune` writes this machine's into the cache.
   While a build runs, the record in use is `active()`: the CPU Contraction rule and the packed-conv rewrite ask it.
-- tuner.py: finds the model's contraction classes in its real fused functions (every precision), times a
-  bounded set of candidates for each on this machine within a time budget, and writes the record.
+- measure.py: the model's contraction functions by class, the candidate schedules, one function timed under
+  each;
+- tuner.py: the classes of every precision's real fused functions, largest first within a time budget, the
+  packed classes on AMX too, the decisions and the record.
 """

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kokoro_tvm.compiler.targets import is_this_machine
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.machine import cpu_identity, machine, record_name
 from kokoro_tvm.paths import TUNING_ENV, TUNING_RECORDS, cache_dir
@@ -137,8 +138,6 @@ def for_target(target) -> TuningRecord | None:
     """The record a build for `target` schedules from: this CPU's (cache, then committed) where the target is
     the machine that builds; None for another CPU, a GPU, KOKORO_TVM_TUNING=off or a CPU with no record, which
     is said in one log line per process."""
-    from kokoro_tvm.compiler.targets import is_this_machine
-
     setting = os.environ.get(TUNING_ENV, "")
     if target.get("kind") != "llvm" or setting == "off" or not is_this_machine(target):
         return None

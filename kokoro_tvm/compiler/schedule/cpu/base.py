@@ -7,12 +7,13 @@ from __future__ import annotations
 import logging
 import re
 
-from tvm import s_tir, tirx
+from tvm import s_tir, sym, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 from tvm.s_tir.dlight.base import ScheduleRule
 
 from kokoro_tvm.compiler.sizes import at_least, divides
 from kokoro_tvm.compiler.targets import CPUGeometry, cpu_geometry
+from kokoro_tvm.components import LENGTH_TILE
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,51 @@ def same_positions(sch: s_tir.Schedule, consumer, producer) -> bool:
         return [str(iv.dom.extent) for iv in block.iter_vars if iv.iter_type == 0 and str(iv.dom.extent) != "1"]
 
     return extents(stmt) == extents(main)
+
+
+# Only the choice between two equally valid tile orders looks at a size (the rest is proved for every length);
+# for a symbolic size it uses REPRESENTATIVE_LENGTH.
+REPRESENTATIVE_LENGTH = 256  # tokens or frames, near the corpus median (NOTES/dynamic_shapes.md)
+
+
+def representative(extent) -> int:
+    """A static extent itself; a symbolic one at REPRESENTATIVE_LENGTH (its tile count bound to that length's)."""
+    if isinstance(extent, int):
+        return extent
+    analyzer = sym.Analyzer()
+    for var in tirx.analysis.undefined_vars(extent):
+        analyzer.bind(var, tirx.IntImm(str(var.ty), REPRESENTATIVE_LENGTH // LENGTH_TILE))
+    return int(analyzer.simplify(extent))
+
+
+def operand_bytes(sch: s_tir.Schedule, block, spatial: int) -> dict | None:
+    """For out[.., row, col] += A[..row..] * B[..col..]: the bytes of A (read along rows, broadcast) and of B
+    (read along columns, vector loads), and A's stride between consecutive rows. None if not that shape."""
+    stmt = sch.get(block)
+    row_var, col_var = stmt.iter_vars[spatial - 2].var, stmt.iter_vars[spatial - 1].var
+    written = stmt.writes[0].source.name
+    found = {}
+    for region in stmt.reads:
+        buffer = region.source
+        if buffer.name == written:
+            continue
+        used = [tirx.analysis.undefined_vars(r.min) for r in region.region]
+        row_dims = [i for i, variables in enumerate(used) if any(v.same_as(row_var) for v in variables)]
+        col_dims = [i for i, variables in enumerate(used) if any(v.same_as(col_var) for v in variables)]
+        shape = [representative(int(d) if isinstance(d, tirx.IntImm) else d) for d in buffer.shape]
+        size = buffer.dtype.bits // 8
+        for d in shape:
+            size *= d
+        if row_dims and not col_dims:
+            stride = buffer.dtype.bits // 8
+            for d in shape[row_dims[-1] + 1 :]:
+                stride *= d
+            found["row"] = (size, stride)
+        elif col_dims and not row_dims:
+            found["col"] = (size, 0)
+    if set(found) != {"row", "col"}:
+        return None
+    return {"row_bytes": found["row"][0], "row_stride_bytes": found["row"][1], "col_bytes": found["col"][0]}
 
 
 class CPURule(ScheduleRule):

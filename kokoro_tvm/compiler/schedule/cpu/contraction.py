@@ -19,20 +19,20 @@ import itertools
 from dataclasses import dataclass
 
 import tvm
-from tvm import s_tir, sym, tirx
+from tvm import s_tir, tirx
 from tvm.s_tir.dlight.base.common_schedules import try_inline
 
 from kokoro_tvm.compiler.schedule.cpu.base import (
     CPURule,
     elementwise_loops,
     extent,
+    operand_bytes,
     same_positions,
     vectorize_inner,
 )
 from kokoro_tvm.compiler.sizes import divides
 from kokoro_tvm.compiler.targets import CPUGeometry
 from kokoro_tvm.compiler.tuning import record as tuning
-from kokoro_tvm.components import LENGTH_TILE
 
 # Register tiles (rows x vectors of columns) for targets with 32 vector registers (AVX-512, NEON), 16
 # accumulators either way; targets with 16 registers (AVX2, SSE) get SMALL_TILE, 8 accumulators. 16 x 1 measured faster
@@ -57,21 +57,6 @@ def _tiles(geometry: CPUGeometry, row_extent) -> tuple[tuple[int, int], tuple[in
         return WIDE_TILE, NARROW_TILE
     small = ALIGNED_SMALL_TILE if divides(ALIGNED_SMALL_TILE[0], row_extent) else SMALL_TILE
     return small, small  # 4 or 6 rows: no L1 set collisions to avoid
-
-
-# Only the choice between two equally valid tile orders looks at a size (the rest is proved for every length);
-# for a symbolic size it uses REPRESENTATIVE_LENGTH.
-REPRESENTATIVE_LENGTH = 256  # tokens or frames, near the corpus median (NOTES/dynamic_shapes.md)
-
-
-def _representative(extent) -> int:
-    """A static extent itself; a symbolic one at REPRESENTATIVE_LENGTH (its tile count bound to that length's)."""
-    if isinstance(extent, int):
-        return extent
-    analyzer = sym.Analyzer()
-    for var in tirx.analysis.undefined_vars(extent):
-        analyzer.bind(var, tirx.IntImm(str(var.ty), REPRESENTATIVE_LENGTH // LENGTH_TILE))
-    return int(analyzer.simplify(extent))
 
 
 def _is_multiply_accumulate(sch: s_tir.Schedule, block) -> bool:
@@ -103,36 +88,6 @@ def _packed_step(sch: s_tir.Schedule, block, reduce: list, lanes: int):
         return None
     name = PACKED_STEPS.get((operands, str(stmt.writes[0].source.dtype), extent(sch, reduce[-1])))
     return importlib.import_module(name) if name else None
-
-
-def _operands(sch: s_tir.Schedule, block, spatial: int) -> dict | None:
-    """For out[.., row, col] += A[..row..] * B[..col..]: the bytes of A (read along rows, broadcast) and of B
-    (read along columns, vector loads), and A's stride between consecutive rows. None if not that shape."""
-    stmt = sch.get(block)
-    row_var, col_var = stmt.iter_vars[spatial - 2].var, stmt.iter_vars[spatial - 1].var
-    written = stmt.writes[0].source.name
-    found = {}
-    for region in stmt.reads:
-        buffer = region.source
-        if buffer.name == written:
-            continue
-        used = [tirx.analysis.undefined_vars(r.min) for r in region.region]
-        row_dims = [i for i, variables in enumerate(used) if any(v.same_as(row_var) for v in variables)]
-        col_dims = [i for i, variables in enumerate(used) if any(v.same_as(col_var) for v in variables)]
-        shape = [_representative(int(d) if isinstance(d, tirx.IntImm) else d) for d in buffer.shape]
-        size = buffer.dtype.bits // 8
-        for d in shape:
-            size *= d
-        if row_dims and not col_dims:
-            stride = buffer.dtype.bits // 8
-            for d in shape[row_dims[-1] + 1 :]:
-                stride *= d
-            found["row"] = (size, stride)
-        elif col_dims and not row_dims:
-            found["col"] = (size, 0)
-    if set(found) != {"row", "col"}:
-        return None
-    return {"row_bytes": found["row"][0], "row_stride_bytes": found["row"][1], "col_bytes": found["col"][0]}
 
 
 def _set_collisions(stride_bytes: int, rows: int, geometry: CPUGeometry) -> int:
@@ -204,7 +159,7 @@ def _choose_tile(sch: s_tir.Schedule, found: _Match, geometry: CPUGeometry) -> _
     block = found.main.block_rv
     lanes = geometry.lanes(sch.get(block).writes[0].source.dtype.bits)
     col_extent, row_extent = extent(sch, found.col), extent(sch, found.row)
-    operands = _operands(sch, block, len(found.outer) + 2)
+    operands = operand_bytes(sch, block, len(found.outer) + 2)
     record = tuning.active()
     tuned = record.choice(key) if record is not None and (key := contraction_class(sch, found)) else None
     wide, narrow = _tiles(geometry, row_extent)
