@@ -116,13 +116,16 @@ class RecordedWeights:
         return dict(self.recorded)
 
 
-def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu"):
+def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu", asked: str | None = None):
     """(TVMKokoro, its weights' info, how it started) for a checked precision: the symbolic-length builds on the
     CPU from the ready index without torch when they are cached (kokoro_tvm.runtime.ready); otherwise the weights
-    load, the five builds are found or built with a progress bar, and the index is written."""
+    load, the five builds are found or built with a progress bar, and the index is written (under `asked` too:
+    "auto")."""
     symbolic = isinstance(bucket_set, DynamicLengths) and device == "cpu"
     found = ready.find(weights, precision, device) if symbolic else None
     if found is not None:
+        if asked not in (None, precision):  # the next `auto` start finds it before importing TVM
+            ready.save(weights, precision, device, found.artifacts, found.weights, asked)
         dtype = get_precision(precision).dtype
         return TVMKokoro(found.provider, dtype, bucket_set, device), RecordedWeights(found.weights), READY
     import torch  # (deferred: what a ready start never loads)
@@ -138,7 +141,7 @@ def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu"):
     if not symbolic:
         return compiled, info, "each build found or built on first use"
     artifacts = {name: compiled.provider(name, None) for name in tqdm(NAMES, desc="builds", unit="component")}
-    ready.save(weights, precision, device, artifacts, info.as_dict())
+    ready.save(weights, precision, device, artifacts, info.as_dict(), asked)
     return compiled, info, "its five builds found or built (once per machine), ready index written"
 
 

@@ -104,11 +104,12 @@ class TVMBackend:
         are found or built (with a progress bar) and the index is written."""
         from kokoro_tvm.compiled import check_device, check_precision, ready_or_built, resolve_precision
 
+        asked = precision
         precision, choice = resolve_precision(precision, device)
         dtype = check_precision(precision, device).dtype  # so does a CPU without bf16 for a bf16 build
         bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
         check_device(device, dtype)  # and a missing device
-        compiled, info, started = ready_or_built(weights, precision, bucket_set, device)
+        compiled, info, started = ready_or_built(weights, precision, bucket_set, device, asked)
         log.info("tvm backend, %s (%s): %s", precision, choice, started)
         return cls(compiled, info, precision, choice, started)
 

@@ -12,6 +12,7 @@ import time
 from kokoro_tvm import __version__
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import writing
+from kokoro_tvm.runtime import ready
 from kokoro_tvm.runtime.audio_io import WavStream, encode, write_wav
 from kokoro_tvm.synthesis import synthesize, synthesize_stream
 
@@ -36,6 +37,8 @@ def _speech_options(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.backend == "tvm" and args.buckets == "default" and args.device == "cpu":
+        ready.start_without_torch(args.weights, args.precision)  # cached builds: TVM without torch
     if args.stream:
         return say_stream(args)
     start = time.perf_counter()

@@ -11,9 +11,11 @@ entry after checking each one's manifest (same source digest and TVM) and librar
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +41,14 @@ def _tuning_state() -> object:
     return [_file_state(cache_dir() / "tuning" / name), _file_state(TUNING_RECORDS / name)]
 
 
-def request_key(weights, precision: str, device: str) -> str:
-    """The index key of a request (see the module docstring)."""
-    import tvm
+def _tvm_version() -> str:
+    """TVM's version from the package metadata: the key is computed before TVM is imported (start_without_torch)."""
+    return importlib.metadata.version("apache-tvm")
 
+
+def request_key(weights, precision: str, device: str) -> str:
+    """The index key of a request (see the module docstring); `precision` as asked ("auto" is a request of its
+    own, whose entry records what it resolved to)."""
     request = weights if weights is not None else os.environ.get(WEIGHTS_ENV) or None
     fields = {
         "weights": _file_state(Path(request).expanduser()) if request is not None else "default",
@@ -50,7 +56,7 @@ def request_key(weights, precision: str, device: str) -> str:
         "device": device,
         "machine": cpu_identity(),
         "source": build_source_digest(),
-        "tvm": tvm.__version__,
+        "tvm": _tvm_version(),
         "tuning": _tuning_state(),
     }
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:24]
@@ -73,8 +79,6 @@ class Ready:
 
 def find(weights, precision: str, device: str = "cpu") -> Ready | None:
     """The ready builds of this request, or None (no entry, or one whose builds no longer check out)."""
-    import tvm
-
     path = _entry(request_key(weights, precision, device))
     if not path.is_file():
         return None
@@ -84,7 +88,7 @@ def find(weights, precision: str, device: str = "cpu") -> Ready | None:
         digest = build_source_digest()
         for artifact in artifacts.values():
             key = artifact.manifest["key"]
-            if key.get("source") != digest or key.get("tvm") != tvm.__version__:
+            if key.get("source") != digest or key.get("tvm") != _tvm_version():
                 raise ArtifactError(f"{artifact.library.parent.name} was built from other source")
             if file_sha256(artifact.library) != artifact.manifest["library_sha256"]:
                 raise ArtifactError(f"{artifact.library} does not match its recorded sha256")
@@ -94,15 +98,37 @@ def find(weights, precision: str, device: str = "cpu") -> Ready | None:
         return None
 
 
-def save(weights, precision: str, device: str, artifacts: dict[str, Artifact], weights_info: dict) -> Path:
-    """Write the index entry of a request whose builds are `artifacts` (every component's symbolic build)."""
-    path = _entry(request_key(weights, precision, device))
-    path.parent.mkdir(parents=True, exist_ok=True)
+def save(
+    weights, precision: str, device: str, artifacts: dict[str, Artifact], weights_info: dict, asked: str | None = None
+) -> Path:
+    """Write the index entry of a request whose builds are `artifacts` (every component's symbolic build); under
+    the `asked` precision ("auto") as well where that resolved to `precision`."""
     entry = {
         "components": {name: str(a.library.parent) for name, a in artifacts.items()},
         "weights": weights_info,
+        "precision": precision,
     }
-    tmp = temporary_sibling(path)
-    tmp.write_text(json.dumps(entry, indent=1))
-    os.replace(tmp, path)
+    for requested in dict.fromkeys([precision, asked or precision]):
+        path = _entry(request_key(weights, requested, device))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temporary_sibling(path)
+        tmp.write_text(json.dumps(entry, indent=1))
+        os.replace(tmp, path)
     return path
+
+
+def start_without_torch(weights, precision: str, device: str = "cpu") -> bool:
+    """Before anything imports TVM: where this request has an index entry, import TVM without torch and say so
+    (True). tvm_ffi imports torch when it is imported (to convert torch tensors and share CUDA streams, which
+    a ready start never does): 1.6 s and 340 MB of a start that needs neither. While TVM is imported `import
+    torch` fails for it, and torch imports as usual afterwards; a process that has either loaded already, or no
+    entry, changes nothing (False)."""
+    if "tvm" in sys.modules or "torch" in sys.modules or not _entry(request_key(weights, precision, device)).is_file():
+        return False
+    sys.modules["torch"] = None  # the import system's "not importable" mark
+    try:
+        import tvm  # noqa: F401
+    finally:
+        if "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
+    return True

@@ -34,7 +34,13 @@ class VMRunner:
         self.function = function
         self.vm = tvm.relax.VirtualMachine(executable, self.device)
         self._tensor, self._shape = tvm.runtime.tensor, tvm.runtime.ShapeTuple
-        self.params = [self._tensor(np.ascontiguousarray(p), device=self.device) for p in params]
+        # one parameter at a time, each host copy dropped once it is on the device (where the caller handed over
+        # its list): the peak is one model's parameters plus one array, not two models' (the decoder: 216 MB)
+        params = params if isinstance(params, list) else list(params)
+        self.params = []
+        for i in range(len(params)):
+            self.params.append(self._tensor(np.ascontiguousarray(params[i]), device=self.device))
+            params[i] = None
         if transform_params:  # weight-only work lifted out of main at build time: done once, here
             lifted = self.vm[transform_params](self.params)
             self.params = [lifted[i] for i in range(len(lifted))]
