@@ -182,6 +182,14 @@ def cache_folder(spec: BuildSpec, fields: dict) -> Path:
     return cache_dir() / "artifacts" / f"{spec.component}-{dtype}-b{spec.batch}-{length}-{_key(fields)}"
 
 
+def artifact_place(spec: BuildSpec, weights_fingerprint: str, target: dict) -> tuple[TuningRecord | None, dict, Path]:
+    """Where `build` keeps the artifact of `spec` for `target`: the tuning record it schedules from, its key
+    fields and its cache folder (what `precompile` asks to tell a cached artifact from a built one)."""
+    record = tuning_record.for_target(target)
+    fields = key_fields(spec, weights_fingerprint, target, record)
+    return record, fields, cache_folder(spec, fields)
+
+
 def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None = None, decomposed=None) -> Artifact:
     """The cached artifact for `spec`, building it if missing or invalid. `model`: the KModel in spec.dtype, or a
     function that loads it, called only to build; `decomposed`, if given, is `decomposed_program(model, spec)`,
@@ -191,9 +199,7 @@ def build(model, weights_fingerprint: str, spec: BuildSpec, target: dict | None 
     then finds it built), and every file is written under a temporary name and renamed into place, the
     manifest last, so a reader never meets a half-written library."""
     target = target or host_target()
-    record = tuning_record.for_target(target)
-    fields = key_fields(spec, weights_fingerprint, target, record)
-    folder = cache_folder(spec, fields)
+    record, fields, folder = artifact_place(spec, weights_fingerprint, target)
     with cache_lock(folder):
         cached = _valid(folder, fields)  # possibly built by another process while this one waited
         if cached is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from kokoro_tvm.compiler.build import BuildSpec, build, cache_folder, key_fields
+from kokoro_tvm.compiler.build import BuildSpec, artifact_place, build
 from kokoro_tvm.compiler.targets import host_target
 from kokoro_tvm.components import FRAME_COMPONENTS, NAMES, TOKEN_COMPONENTS, build_precision
 
@@ -36,7 +36,7 @@ def precompile(
     for spec in bar:
         bar.set_postfix_str(f"{spec.component} {spec.length}")
         start = time.perf_counter()
-        manifest = cache_folder(spec, key_fields(spec, weights_fingerprint, target)) / "manifest.json"
+        manifest = artifact_place(spec, weights_fingerprint, target)[2] / "manifest.json"
         before = manifest.stat().st_mtime_ns if manifest.exists() else None
         artifact = build(model, weights_fingerprint, spec, target)
         cached = before is not None and manifest.stat().st_mtime_ns == before  # build() rewrites what it builds
