@@ -131,6 +131,11 @@ def tuning_gain(
     }
 
 
+def this_machine():
+    """This machine (kokoro_tvm.machine) and its tuning record, None where it has none (notebook 08)."""
+    return machine(), tuning.find()
+
+
 def class_table(record, rows: int | None = None) -> list[dict]:
     """A tuning record's classes, largest share of the work first: the heuristic's and the best candidate's
     kernel time at the measured length, the gain, and what the build does (the tile kept, or the float32 conv
