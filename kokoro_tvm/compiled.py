@@ -14,6 +14,7 @@ above both: synthesis, the evaluation, the studies and the tests.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,7 +28,6 @@ from kokoro_tvm.compiler.targets import check_dtype, host_target, target_for
 from kokoro_tvm.compiler.tuning.record import find
 from kokoro_tvm.components import NAMES, Precision, get_precision
 from kokoro_tvm.runtime import ready
-from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.runtime.devices import require_device
 from kokoro_tvm.runtime.kokoro import TVMKokoro
 from kokoro_tvm.runtime.vm import VMRunner
@@ -121,7 +121,7 @@ def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu", ask
     CPU from the ready index without torch when they are cached (kokoro_tvm.runtime.ready); otherwise the weights
     load, the five builds are found or built with a progress bar, and the index is written (under `asked` too:
     "auto")."""
-    symbolic = isinstance(bucket_set, DynamicLengths) and device == "cpu"
+    symbolic = bucket_set is not None and bucket_set.symbolic and device == "cpu"
     found = ready.find(weights, precision, device) if symbolic else None
     if found is not None:
         if asked not in (None, precision):  # the next `auto` start finds it before importing TVM
@@ -140,7 +140,9 @@ def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu", ask
     compiled = compiled_kokoro(model, info.fingerprint, precision, buckets=bucket_set, device=device)
     if not symbolic:
         return compiled, info, "each build found or built on first use"
-    artifacts = {name: compiled.provider(name, None) for name in tqdm(NAMES, desc="builds", unit="component")}
+    quiet = not logging.getLogger("kokoro_tvm").isEnabledFor(logging.INFO)  # `-q`: errors only, no bar
+    bar = tqdm(NAMES, desc="builds", unit="component", disable=quiet)
+    artifacts = {name: compiled.provider(name, None) for name in bar}
     ready.save(weights, precision, device, artifacts, info.as_dict(), asked)
     return compiled, info, "its five builds found or built (once per machine), ready index written"
 

@@ -169,7 +169,10 @@ def test_launches_of_the_gpu_lstm_kernel():
     [
         (["gpu-build", "--components", "albert,vocoder"], "unknown component(s) ['vocoder']"),
         (["compare", "--text", "Hi.", "--device", "metal", "--precision", "fp64"], "Metal has no float64"),
-        (["say", "Hi.", "-o", "/dev/null", "--device", "cuda"], "--device cuda applies to the tvm backend only"),
+        (
+            ["say", "Hi.", "-o", "/dev/null", "--backend", "torch", "--device", "cuda"],
+            "--device cuda applies to the tvm backend only",
+        ),
     ],
 )
 def test_gpu_cli_errors_are_one_line(args, message):
