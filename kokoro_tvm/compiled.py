@@ -116,13 +116,13 @@ class RecordedWeights:
         return dict(self.recorded)
 
 
-def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu", asked: str | None = None):
+def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu", asked: str | None = None, batch: int = 1):
     """(TVMKokoro, its weights' info, how it started) for a checked precision: the symbolic-length builds on the
     CPU from the ready index without torch when they are cached (kokoro_tvm.runtime.ready); otherwise the weights
     load, the five builds are found or built with a progress bar, and the index is written (under `asked` too:
-    "auto")."""
+    "auto"). `batch` > 1: the builds path (the index holds the batch-1 builds, the batched ones need the weights)."""
     symbolic = bucket_set is not None and bucket_set.symbolic and device == "cpu"
-    found = ready.find(weights, precision, device) if symbolic else None
+    found = ready.find(weights, precision, device) if symbolic and batch == 1 else None
     if found is not None:
         if asked not in (None, precision):  # the next `auto` start finds it before importing TVM
             ready.save(weights, precision, device, found.artifacts, found.weights, asked)

@@ -67,14 +67,15 @@ class BuildSpec:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if check_arithmetic(self.precision) != "full" and self.dtype != "float32":
             raise ValueError(f"{self.precision} builds start from the float32 model, not {self.dtype}")
-        if self.symbolic and (self.length % LENGTH_TILE or self.batch != 1):
-            raise ValueError(f"a symbolic build takes batch 1 and a multiple of {LENGTH_TILE}, got {self}")
+        if self.symbolic and self.length % LENGTH_TILE:
+            raise ValueError(f"a symbolic build takes a multiple of {LENGTH_TILE}, got {self}")
 
     @classmethod
-    def dynamic(cls, component: str, dtype: str = "float32", precision: str = "full") -> BuildSpec:
-        """The symbolic-length build of `component`: every tile count up to its axis's largest length."""
+    def dynamic(cls, component: str, dtype: str = "float32", precision: str = "full", batch: int = 1) -> BuildSpec:
+        """The symbolic-length build of `component` for `batch` utterances: every tile count up to its axis's
+        largest length (each utterance its own length, masked, within the longest)."""
         axis = component_info(component).axis
-        return cls(component, SYMBOLIC_MAX_LENGTH[axis], dtype, symbolic=True, precision=precision)
+        return cls(component, SYMBOLIC_MAX_LENGTH[axis], dtype, batch, symbolic=True, precision=precision)
 
     @property
     def shape(self) -> ComponentShape:
@@ -96,7 +97,7 @@ def relax_module(model, spec: BuildSpec, decomposed: torch.export.ExportedProgra
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
     if spec.symbolic:
-        shape = SymbolicShape(spec.component, spec.length // LENGTH_TILE)
+        shape = SymbolicShape(spec.component, spec.length // LENGTH_TILE, spec.batch)
         return symbolic_relax_module(model, shape, spec.precision, target)
     t0 = time.perf_counter()
     exported = export_component(model, spec.shape) if decomposed is None else decomposed
@@ -287,18 +288,18 @@ def _write_params(path: Path, arrays: dict[str, np.ndarray], names: list[str], d
 
 
 class OnDemandBuilder:
-    """An artifact provider `(component, length) -> Artifact` for kokoro_tvm.runtime.kokoro.TVMKokoro: builds (or
-    finds in the cache) each shape on first use; length None is the component's symbolic-length build. `model`: as
+    """An artifact provider `(component, length, batch) -> Artifact` for kokoro_tvm.runtime.kokoro.TVMKokoro: builds
+    (or finds in the cache) each shape on first use; length None is the component's symbolic-length build. `model`: as
     `build` takes it (a loader is called at the first build, never when every artifact is cached)."""
 
     def __init__(self, model, weights_fingerprint: str, dtype="float32", target: dict | None = None, precision="full"):
         self.model, self.weights_fingerprint, self.dtype = model, weights_fingerprint, dtype
         self.target, self.precision = target or host_target(), precision
 
-    def __call__(self, component: str, length: int | None) -> Artifact:
+    def __call__(self, component: str, length: int | None, batch: int = 1) -> Artifact:
         precision = build_precision(component, self.precision)
         if length is None:
-            spec = BuildSpec.dynamic(component, self.dtype, precision)
+            spec = BuildSpec.dynamic(component, self.dtype, precision, batch)
         else:
-            spec = BuildSpec(component, length, self.dtype, precision=precision)
+            spec = BuildSpec(component, length, self.dtype, batch, precision=precision)
         return build(self.model, self.weights_fingerprint, spec, self.target)

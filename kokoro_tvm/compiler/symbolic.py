@@ -40,6 +40,7 @@ class SymbolicShape:
 
     component: str
     max_tiles: int
+    batch: int = 1  # a fixed batch: B utterances of up to max_length steps each, every one with its own length
 
     @property
     def max_length(self) -> int:
@@ -78,7 +79,7 @@ def export_symbolic(model, shape: SymbolicShape):
 
     dtype = next(model.parameters()).dtype
     module = component_module(model, shape.component)
-    inputs = example_inputs(ComponentShape(shape.component, 2 * LENGTH_TILE), dtype)
+    inputs = example_inputs(ComponentShape(shape.component, 2 * LENGTH_TILE, shape.batch), dtype)
     with export_patches(model), torch.no_grad(), default_dtype(dtype):
         return torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes(shape))
 

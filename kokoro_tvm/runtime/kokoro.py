@@ -12,7 +12,8 @@ provider is asked for length None, and each call passes the tile count); without
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from kokoro_tvm.runtime.vm import ComponentRunner
 
 log = logging.getLogger(__name__)
 
-ArtifactProvider = Callable[[str, int | None], Artifact]  # length None: the symbolic-length build
+ArtifactProvider = Callable[[str, int | None, int], Artifact]  # (component, length, batch); length None: symbolic
 
 
 class TVMKokoro:
@@ -47,11 +48,12 @@ class TVMKokoro:
         self.dtype = np.dtype(dtype)
         self.buckets = buckets
         self.device = device
-        self._runners: dict[tuple[str, int | None], ComponentRunner] = {}
+        self._runners: dict[tuple[str, int | None, int], ComponentRunner] = {}
 
-    def runner(self, component: str, length: int) -> ComponentRunner:
-        """The loaded component that runs `length` steps: its static build, or its symbolic build."""
-        key = (component, None if self.buckets is not None and self.buckets.symbolic else length)
+    def runner(self, component: str, length: int, batch: int = 1) -> ComponentRunner:
+        """The loaded component that runs `batch` utterances of `length` steps: its static build, or its
+        symbolic build."""
+        key = (component, None if self.buckets is not None and self.buckets.symbolic else length, batch)
         if key not in self._runners:
             self._runners[key] = ComponentRunner(self.provider(*key), self.device)
         return self._runners[key]
@@ -61,8 +63,9 @@ class TVMKokoro:
         return [runner.artifact for runner in self._runners.values()]
 
     def run_component(self, component: str, length: int, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Run `component` on inputs padded to `length` steps (a symbolic build also gets its tile count)."""
-        runner = self.runner(component, length)
+        """Run `component` on inputs padded to `length` steps, as many utterances as the first input has rows (a
+        symbolic build also gets its tile count)."""
+        runner = self.runner(component, length, inputs[0].shape[0])
         tile = runner.artifact.length_tile
         if tile is None:
             return runner(*inputs)
@@ -90,53 +93,138 @@ class TVMKokoro:
         """kokoro_tvm.reference.pt_dynamic.run_stages's contract (batch 1), the token axis padded to `token_bucket`
         and the frames to `frame_bucket` (default: the bucket set's pick, else the exact length); each stage returned
         is the valid prefix, equal to the unpadded model's (the components are padding-invariant)."""
-        noise = noise or ZeroNoise()
-        ids = np.asarray(padded_ids, dtype=np.int64)[None]  # [1, T]
-        n_tokens = ids.shape[1]
-        if token_bucket is None and self.buckets is not None:
-            token_bucket = self.buckets.token_bucket(n_tokens)
-        t_bucket = _bucket(token_bucket, n_tokens, "token")
-        style = np.asarray(style, dtype=self.dtype).reshape(1, -1)
-        prosody, decoder_style = style[:, STYLE_DIM:], style[:, :STYLE_DIM]
-        token_lengths = np.array([n_tokens], dtype=np.int64)
-        ids_b = _pad_last(ids, t_bucket)  # pad token 0 past the end
-        mask_b = _pad_last(np.ones_like(ids), t_bucket)
+        (stages,) = self.run_batch([Utterance(padded_ids, style, stream)], speed, noise, token_bucket, frame_bucket)
+        return stages
 
-        (d_en,) = self.run_component("albert", t_bucket, ids_b, mask_b)
-        duration_logits, d = self.run_component("duration", t_bucket, d_en, prosody, token_lengths)
-        duration_logits, d = duration_logits[:, :n_tokens], d[:, :n_tokens]
-        alignment = alignment_from_durations(durations := durations_from_logits(duration_logits, speed))
-        n_frames = alignment.shape[0]
+    def run_batch(
+        self,
+        utterances: Sequence[Utterance],
+        speed: float = 1.0,
+        noise: NoiseSource | None = None,
+        token_bucket: int | None = None,
+        frame_bucket: int | None = None,
+    ) -> list[Stages]:
+        """`run_stages` for B utterances in one call of each component (builds for batch B): the token axis
+        padded to the longest utterance's bucket, the frames to the longest alignment's; durations and alignments
+        per utterance on the host, each utterance's SineGen noise from its own stream. Each Stages equals the
+        utterance's own `run_stages` (the components are padding-invariant per row: tests/test_batched.py)."""
+        noise = noise or ZeroNoise()
+        tokens = _TokenSide.run(self, utterances, speed, token_bucket)
+        n_frames = max(a.shape[0] for a in tokens.alignments)
         if frame_bucket is None and self.buckets is not None:
             frame_bucket = self.buckets.frame_bucket(n_frames)
         f_bucket = _bucket(frame_bucket, n_frames, "frame")
-        frame_lengths = np.array([n_frames], dtype=np.int64)
-        en = np.ascontiguousarray(d.transpose(0, 2, 1)[:, :, alignment])  # [1, 640, F]
-        F0, N = self.run_component("f0n", f_bucket, _pad_last(en, f_bucket), prosody, frame_lengths)
-        (t_en,) = self.run_component("text_encoder", t_bucket, ids_b, token_lengths)
-        t_en = t_en[:, :, :n_tokens]
-        asr = np.ascontiguousarray(t_en[:, :, alignment])  # [1, 512, F]
-        phase, additive = self._sine_noise(noise, n_frames, f_bucket, stream)
+        frame_lengths = np.array([a.shape[0] for a in tokens.alignments], dtype=np.int64)
+        en = [
+            np.ascontiguousarray(d.transpose(0, 2, 1)[:, :, a])
+            for d, a in zip(tokens.d, tokens.alignments, strict=True)
+        ]
+        asr = [np.ascontiguousarray(t[:, :, a]) for t, a in zip(tokens.t_en, tokens.alignments, strict=True)]
+        F0, N = self.run_component("f0n", f_bucket, _stack(en, f_bucket), tokens.prosody, frame_lengths)
+        sines = [
+            self._sine_noise(noise, int(f), f_bucket, u.stream) for f, u in zip(frame_lengths, utterances, strict=True)
+        ]
+        phase, additive = (np.concatenate(parts) for parts in zip(*sines, strict=True))
         (audio,) = self.run_component(
-            "decoder", f_bucket, _pad_last(asr, f_bucket), F0, N, decoder_style, phase, additive, frame_lengths
+            "decoder", f_bucket, _stack(asr, f_bucket), F0, N, tokens.decoder_style, phase, additive, frame_lengths
         )
-        return Stages(
-            token_ids=ids[0],
+        return [
+            Stages(
+                **tokens.stages(b),
+                en=en[b],
+                F0=F0[b : b + 1, : 2 * f],
+                N=N[b : b + 1, : 2 * f],
+                asr=asr[b],
+                audio=audio[b, : f * SAMPLES_PER_FRAME],
+                noise=noise.description,
+                buckets=(tokens.bucket, f_bucket),
+            )
+            for b, f in enumerate(frame_lengths)
+        ]
+
+    def run_many(
+        self, utterances: Sequence[Utterance], batch: int, speed: float = 1.0, noise: NoiseSource | None = None
+    ) -> list[Stages]:
+        """Every utterance through `run_batch` in groups of up to `batch`, shortest first (utterances of like length
+        share a group, so little is padding), returned in the order given."""
+        if batch < 1:
+            raise InputError(f"the batch size must be a positive number, got {batch}")
+        order = sorted(range(len(utterances)), key=lambda i: len(utterances[i].padded_ids))
+        found: dict[int, Stages] = {}
+        for start in range(0, len(order), batch):
+            group = order[start : start + batch]
+            found.update(zip(group, self.run_batch([utterances[i] for i in group], speed, noise), strict=True))
+        return [found[i] for i in range(len(utterances))]
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One row of a batch: token ids with the pad token at both ends, its style row [256] (decoder half, then
+    prosody), and its SineGen noise stream (a chunk's index within its text, whatever its place in the batch)."""
+
+    padded_ids: Sequence[int]
+    style: np.ndarray
+    stream: int = 0
+
+
+@dataclass
+class _TokenSide:
+    """ALBERT, the duration path and the text encoder for a batch, split back into its utterances."""
+
+    ids: list[np.ndarray]  # [T_b] each
+    style: np.ndarray  # [B, 256]
+    d_en: list[np.ndarray]
+    d: list[np.ndarray]
+    duration_logits: list[np.ndarray]
+    durations: list[np.ndarray]
+    alignments: list[np.ndarray]
+    t_en: list[np.ndarray]
+    bucket: int
+
+    @property
+    def prosody(self) -> np.ndarray:
+        return self.style[:, STYLE_DIM:]
+
+    @property
+    def decoder_style(self) -> np.ndarray:
+        return self.style[:, :STYLE_DIM]
+
+    @classmethod
+    def run(cls, model: TVMKokoro, utterances: Sequence[Utterance], speed: float, token_bucket: int | None):
+        if not utterances:
+            raise ValueError("a batch needs at least one utterance")
+        ids = [np.asarray(u.padded_ids, dtype=np.int64) for u in utterances]
+        lengths = np.array([len(i) for i in ids], dtype=np.int64)
+        n_tokens = int(lengths.max())
+        if token_bucket is None and model.buckets is not None:
+            token_bucket = model.buckets.token_bucket(n_tokens)
+        t_bucket = _bucket(token_bucket, n_tokens, "token")
+        style = np.concatenate([np.asarray(u.style, dtype=model.dtype).reshape(1, -1) for u in utterances])
+        ids_b = _stack([i[None] for i in ids], t_bucket)  # pad token 0 past each end
+        mask_b = _stack([np.ones((1, len(i)), dtype=np.int64) for i in ids], t_bucket)
+        (d_en,) = model.run_component("albert", t_bucket, ids_b, mask_b)
+        logits, d = model.run_component("duration", t_bucket, d_en, style[:, STYLE_DIM:], lengths)
+        (t_en,) = model.run_component("text_encoder", t_bucket, ids_b, lengths)
+        rows = list(enumerate(lengths))
+        logits = [logits[b : b + 1, :n] for b, n in rows]
+        durations = [durations_from_logits(x, speed) for x in logits]
+        return cls(
+            ids=ids,
             style=style,
-            d_en=d_en[:, :, :n_tokens],
-            d=d,
-            duration_logits=duration_logits,
+            d_en=[d_en[b : b + 1, :, :n] for b, n in rows],
+            d=[d[b : b + 1, :n] for b, n in rows],
+            duration_logits=logits,
             durations=durations,
-            alignment=alignment,
-            en=en,
-            F0=F0[:, : 2 * n_frames],
-            N=N[:, : 2 * n_frames],
-            t_en=t_en,
-            asr=asr,
-            audio=audio.reshape(-1)[: n_frames * SAMPLES_PER_FRAME],
-            noise=noise.description,
-            buckets=(t_bucket, f_bucket),
+            alignments=[alignment_from_durations(x) for x in durations],
+            t_en=[t_en[b : b + 1, :, :n] for b, n in rows],
+            bucket=t_bucket,
         )
+
+    def stages(self, b: int) -> dict:
+        """Utterance b's token-side fields of its Stages."""
+        names = ("d_en", "d", "duration_logits", "durations", "t_en")
+        found = {name: getattr(self, name)[b] for name in names}
+        return dict(found, token_ids=self.ids[b], style=self.style[b : b + 1], alignment=self.alignments[b])
 
 
 class BucketTooSmallError(InputError):
@@ -149,6 +237,11 @@ def _bucket(bucket: int | None, length: int, axis: str) -> int:
     if bucket < length:
         raise BucketTooSmallError(f"the {axis} bucket {bucket} is shorter than the utterance ({length} {axis}s)")
     return int(bucket)
+
+
+def _stack(rows: list[np.ndarray], length: int) -> np.ndarray:
+    """Rows [1, ..., L_b] zero-padded on the last axis to `length` and stacked: [B, ..., length]."""
+    return np.concatenate([_pad_last(row, length) for row in rows])
 
 
 def _pad_last(x: np.ndarray, length: int) -> np.ndarray:

@@ -71,9 +71,12 @@ class Ready:
     artifacts: dict[str, Artifact]  # component -> its symbolic-length build
     weights: dict  # the WeightsInfo the builds were made from, as the sidecar records it
 
-    def provider(self, component: str, length: int | None) -> Artifact:
-        if length is not None:
-            raise ArtifactError(f"ready builds are symbolic-length builds; asked for {component} at length {length}")
+    def provider(self, component: str, length: int | None, batch: int = 1) -> Artifact:
+        if length is not None or batch != 1:
+            raise ArtifactError(
+                f"ready builds are batch-1 symbolic-length builds; asked for {component} at length {length}, "
+                f"batch {batch}"
+            )
         return self.artifacts[component]
 
 
