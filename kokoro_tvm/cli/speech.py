@@ -16,15 +16,28 @@ from kokoro_tvm.cli.options import (
 )
 from kokoro_tvm.components import TIMED_PRECISIONS
 from kokoro_tvm.runtime.audio_io import WAV_FORMATS
-from kokoro_tvm.synthesis import BACKENDS
+from kokoro_tvm.synthesis.backends import BACKENDS
+from kokoro_tvm.synthesis.batch import DEFAULT_BATCH
 
 log = logging.getLogger("kokoro_tvm.cli")
 
 
 def _add_say(sub) -> None:
     parser = sub.add_parser("say", help="synthesize speech into a WAV file")
-    parser.add_argument("text", help="English text (or phonemes with --phonemes)")
-    parser.add_argument("-o", "--output", required=True, help="WAV file to write; '-': raw --format samples to stdout")
+    parser.add_argument("text", nargs="?", help="English text (or phonemes with --phonemes)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="WAV file to write ('-': raw --format samples to stdout); a folder with --batch",
+    )
+    parser.add_argument("--batch", metavar="FILE", help="one text per line: one WAV + sidecar each into -o DIR")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH,
+        help=f"with --batch: utterances per call of each compiled component (default {DEFAULT_BATCH})",
+    )
     parser.add_argument(
         "--stream",
         action="store_true",

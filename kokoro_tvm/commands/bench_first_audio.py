@@ -34,7 +34,8 @@ from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.g2p import spacy_model_from_package
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 from kokoro_tvm.runtime.buckets import DynamicLengths
-from kokoro_tvm.synthesis import TVMBackend, synthesize, synthesize_stream
+from kokoro_tvm.synthesis import synthesize, synthesize_stream
+from kokoro_tvm.synthesis.backends import TVMBackend
 from kokoro_tvm.timing import SETTLE_SECONDS, set_threads
 
 # Four held-out sentences (Harvard lists; not the text any schedule was tuned on), about 10 s of speech.

@@ -23,7 +23,8 @@ from kokoro_tvm.evaluation.metrics import pesq_wb, word_error_rate
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE
 from kokoro_tvm.runtime.buckets import DynamicLengths
-from kokoro_tvm.synthesis import TVMBackend, synthesize, synthesize_stream
+from kokoro_tvm.synthesis import synthesize, synthesize_stream
+from kokoro_tvm.synthesis.backends import TVMBackend
 
 JOIN_WINDOW_SECONDS = 0.005
 

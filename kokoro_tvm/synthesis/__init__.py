@@ -1,10 +1,11 @@
 """Text to speech through a chosen backend: chunks in, one waveform out (`synthesize`) or a stream of pieces
 (`synthesize_stream`).
 
-A backend (kokoro_tvm.synthesis.backends) turns one chunk (padded token ids, a style row, speed, noise) into audio;
-`synthesize_batch` (kokoro_tvm.synthesis.batch) speaks many texts, the compiled backend's chunks B at a time. Long text is split by the
-text front-end; the chunks' audio is concatenated in order, every sample kept. Every chunk starts and ends on
-Kokoro's pad token, so its audio starts and ends in the model's own near-silence: joins need no cross-fade.
+A backend (kokoro_tvm.synthesis.backends) turns one chunk (padded token ids, a style row, speed, noise) into
+audio; `synthesize_batch` (kokoro_tvm.synthesis.batch) speaks many texts, the compiled model's chunks B at a time.
+Long text is split by the text front-end; the chunks' audio is concatenated in order, every sample kept. Every
+chunk starts and ends on Kokoro's pad token, so its audio starts and ends in the model's own near-silence: joins
+need no cross-fade.
 """
 
 from __future__ import annotations
