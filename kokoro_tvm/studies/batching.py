@@ -1,0 +1,111 @@
+"""Batched synthesis on the CPU: seconds of audio per second of wall time at several batch sizes, per component
+(`python -m kokoro_tvm.studies.batching --precision fp32 --batches 1,2,4,8,16`; NOTES/performance.md "Batching").
+
+Notebook 07's sentences (N spread over the corpus's lengths), one utterance each, af_heart, seeded noise, through
+`TVMKokoro.run_many` on the symbolic-length builds for each batch size (built on first use, then cached). Each
+batch size runs the whole set once per round, the sizes interleaved within a round; the median round and the
+spread are reported, and the seconds spent in each component (summed over the set) in the median round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from kokoro_tvm.config import SAMPLE_RATE
+
+log = logging.getLogger(__name__)
+
+
+def utterances(n_sentences: int, voice: str):
+    """Notebook 07's sentences as runtime Utterances (each its own noise stream 0, as `synthesize` gives it)."""
+    from kokoro_tvm.evaluation.backends import pick_sentences
+    from kokoro_tvm.frontend.corpus import load_sentences
+    from kokoro_tvm.frontend.text import prepare
+    from kokoro_tvm.frontend.voices import load_voice
+    from kokoro_tvm.runtime.kokoro import Utterance
+
+    pack = load_voice(voice)
+    found = []
+    for sentence in pick_sentences(load_sentences(), n_sentences):
+        (chunk,) = prepare(text=sentence)
+        found.append(Utterance(chunk.padded_ids, pack.style(len(chunk.phonemes))))
+    return found
+
+
+def _timed(compiled, seconds: dict):
+    """Wrap `compiled.run_component` so each call's wall time is added to seconds[component]."""
+    run = compiled.run_component
+
+    def timed(component, length, *inputs):
+        start = time.perf_counter()
+        found = run(component, length, *inputs)
+        seconds[component] += time.perf_counter() - start
+        return found
+
+    compiled.run_component = timed
+
+
+def _rounded(seconds: dict) -> dict:
+    return {k: round(v, 3) for k, v in seconds.items()}
+
+
+def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: int = 3, voice: str = "af_heart"):
+    from kokoro_tvm.compiled import compiled_kokoro
+    from kokoro_tvm.reference.noise import SeededNoise
+    from kokoro_tvm.runtime.buckets import parse_buckets
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    model, info = load_kmodel()
+    compiled = compiled_kokoro(model, info.fingerprint, precision, buckets=parse_buckets("dynamic"))
+    items = utterances(n_sentences, voice)
+    seconds: dict = defaultdict(float)
+    _timed(compiled, seconds)
+    noise = SeededNoise(0)
+    audio_s = sum(len(s.audio) for s in compiled.run_many(items, 1, noise=noise)) / SAMPLE_RATE
+    log.info("%d sentences, %.1f s of audio", len(items), audio_s)
+    for batch in batches:  # every build used, built (or found) before any timing
+        compiled.run_many(items, batch, noise=noise)
+    runs: dict[int, list] = {b: [] for b in batches}
+    for _ in range(rounds):
+        for batch in batches:
+            seconds.clear()
+            start = time.perf_counter()
+            compiled.run_many(items, batch, noise=noise)
+            runs[batch].append((time.perf_counter() - start, dict(seconds)))
+            log.info("batch %d: %.2f s (%s)", batch, runs[batch][-1][0], _rounded(seconds))
+    rows = []
+    for batch, found in runs.items():
+        walls = [w for w, _ in found]
+        median_round = sorted(found, key=lambda r: r[0])[len(found) // 2]
+        rows.append(
+            {
+                "batch": batch,
+                "wall_s": float(np.median(walls)),
+                "spread_s": [min(walls), max(walls)],
+                "audio_s_per_s": audio_s / float(np.median(walls)),
+                "components_s": _rounded(median_round[1]),
+            }
+        )
+    return {"precision": precision, "sentences": n_sentences, "audio_s": audio_s, "rounds": rounds, "rows": rows}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--batches", default="1,2,4,8,16")
+    parser.add_argument("--sentences", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    batches = [int(b) for b in args.batches.split(",")]
+    print(json.dumps(measure(args.precision, batches, args.sentences, args.rounds), indent=1))  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()
