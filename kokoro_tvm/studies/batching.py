@@ -18,17 +18,19 @@ from collections import defaultdict
 import numpy as np
 
 from kokoro_tvm.config import SAMPLE_RATE
+from kokoro_tvm.evaluation.backends import pick_sentences
+from kokoro_tvm.frontend.corpus import load_sentences
+from kokoro_tvm.frontend.text import prepare
+from kokoro_tvm.frontend.voices import load_voice
+from kokoro_tvm.reference.noise import SeededNoise
+from kokoro_tvm.runtime.buckets import parse_buckets
+from kokoro_tvm.runtime.kokoro import Utterance
 
 log = logging.getLogger(__name__)
 
 
 def utterances(n_sentences: int, voice: str):
     """Notebook 07's sentences as runtime Utterances (each its own noise stream 0, as `synthesize` gives it)."""
-    from kokoro_tvm.evaluation.backends import pick_sentences
-    from kokoro_tvm.frontend.corpus import load_sentences
-    from kokoro_tvm.frontend.text import prepare
-    from kokoro_tvm.frontend.voices import load_voice
-    from kokoro_tvm.runtime.kokoro import Utterance
 
     pack = load_voice(voice)
     found = []
@@ -57,8 +59,6 @@ def _rounded(seconds: dict) -> dict:
 
 def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: int = 3, voice: str = "af_heart"):
     from kokoro_tvm.compiled import compiled_kokoro
-    from kokoro_tvm.reference.noise import SeededNoise
-    from kokoro_tvm.runtime.buckets import parse_buckets
     from kokoro_tvm.weights.resolve import load_kmodel
 
     model, info = load_kmodel()

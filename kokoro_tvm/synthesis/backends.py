@@ -12,6 +12,7 @@ from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.text import Chunk
 from kokoro_tvm.reference.noise import NoiseSource
 from kokoro_tvm.runtime.buckets import parse_buckets
+from kokoro_tvm.runtime.kokoro import Utterance
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,6 @@ class TVMBackend:
     def speak_many(self, rows: list[tuple[Chunk, np.ndarray, int]], speed: float, noise: NoiseSource, batch: int):
         """(audio, durations) of each (chunk, style, noise stream), `batch` chunks to a call of each component
         (kokoro_tvm.runtime.kokoro.TVMKokoro.run_many), in the order given."""
-        from kokoro_tvm.runtime.kokoro import Utterance
 
         utterances = [Utterance(chunk.padded_ids, style, stream) for chunk, style, stream in rows]
         spoken = self.compiled.run_many(utterances, batch, speed=speed, noise=noise)
