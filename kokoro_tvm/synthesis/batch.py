@@ -57,7 +57,9 @@ def synthesize_batch(
     requests = []
     for place, (text, voice) in enumerate(zip(texts, voices, strict=True), start=1):
         try:
-            requests.append(_Request.make(text, None, voice, speed, noise, None, None, None, None, None, language))
+            # the backend comes once for every text, below: none per request (its own options unused: None)
+            unused = dict(backend=None, weights=None, buckets=None, device=None, precision=None)
+            requests.append(_Request.make(text, None, voice, speed, noise, language=language, **unused))
         except InputError as exc:
             raise InputError(f"text {place}: {exc}") from None
     if isinstance(backend, str):
