@@ -15,6 +15,7 @@ import torch
 from kokoro_tvm.cli import main
 from kokoro_tvm.compiler.symbolic import LENGTH_TILE, SymbolicShape
 from kokoro_tvm.components import component
+from kokoro_tvm.studies import batching
 
 BATCH = 3
 MAX_TILES = 3
@@ -125,6 +126,37 @@ TEXTS = (
     "The lighthouse keeper counted the ships that passed in the fog.",
     "Seven small boats.",
 )
+
+
+def test_committed_batching_results_read_back_as_rows_against_batch_one(tmp_path):
+    """What notebook 08 shows: a study result written by `--out` reads back one row per batch size, its throughput
+    and its ratio to batch 1 of the same run (never another run's); every committed file has a batch-1 row."""
+
+    def row(batch, wall):
+        return {
+            "batch": batch,
+            "wall_s": wall,
+            "spread_s": [wall, wall],
+            "audio_s_per_s": 30.0 / wall,
+            "components_s": {"decoder": wall / 2},
+        }
+
+    result = {
+        "cpu": "X",
+        "record": "cpu-f1-m2-abcd.json",
+        "date": "2026-11-28",
+        "precision": "fp32",
+        "rows": [row(1, 10.0), row(4, 8.0)],
+    }
+    path = batching.save(result, tmp_path)
+    assert path.name == "cpu-f1-m2-abcd-fp32.json"
+    rows = batching.committed_rows(tmp_path)
+    assert [(r["batch"], r["vs_batch_1"], r["audio_s_per_s"], r["decoder_s"]) for r in rows] == [
+        (1, 1.0, 3.0, 5.0),
+        (4, 1.25, 3.75, 4.0),
+    ]
+    for committed in batching.FOLDER.glob("*.json"):
+        assert 1 in [r["batch"] for r in json.loads(committed.read_text())["rows"]], committed
 
 
 @pytest.mark.real

@@ -1,19 +1,25 @@
 """Batched synthesis on the CPU: seconds of audio per second of wall time at several batch sizes, per component
-(`python -m kokoro_tvm.studies.batching --precision fp32 --batches 1,2,4,8,16`; NOTES/performance.md "Batching").
+(`python -m kokoro_tvm.studies.batching --precision fp32 --batches 1,2,4,8,16 --out`; NOTES/performance.md
+"Batching"; notebook 08 shows the committed results, `committed_rows`).
 
 Notebook 07's sentences (N spread over the corpus's lengths), one utterance each, af_heart, seeded noise, through
 `TVMKokoro.run_many` on the symbolic-length builds for each batch size (built on first use, then cached). Each
 batch size runs the whole set once per round, the sizes interleaved within a round; the median round and the
-spread are reported, and the seconds spent in each component (summed over the set) in the median round.
+spread are reported, and the seconds spent in each component (summed over the set) in the median round. `--out`
+writes the result beside the per-CPU bench rows (kokoro_tvm/data/benchmarks/batching/), one file per CPU and
+precision.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
+import os
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
@@ -22,11 +28,17 @@ from kokoro_tvm.evaluation.backends import pick_sentences
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import load_voice
+from kokoro_tvm.machine import cpu_identity, machine, record_name
+from kokoro_tvm.paths import TUNING_RECORDS, repository_commit
 from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.runtime.kokoro import Utterance
 
 log = logging.getLogger(__name__)
+
+# committed results, one file per CPU family and precision (named by the CPU's tuning-record name), beside the
+# per-CPU bench rows (report.cpu_rows)
+FOLDER = TUNING_RECORDS.parent / "benchmarks" / "batching"
 
 
 def utterances(n_sentences: int, voice: str):
@@ -92,7 +104,50 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
                 "components_s": _rounded(median_round[1]),
             }
         )
-    return {"precision": precision, "sentences": n_sentences, "audio_s": audio_s, "rounds": rounds, "rows": rows}
+    here = machine()
+    return {
+        "cpu": f"{here.cpu} (family {here.family}, model {here.model})",
+        "record": record_name(cpu_identity(here)),
+        "date": datetime.date.today().isoformat(),
+        "commit": repository_commit(),
+        "threads": os.cpu_count(),
+        "precision": precision,
+        "sentences": n_sentences,
+        "audio_s": audio_s,
+        "rounds": rounds,
+        "rows": rows,
+    }
+
+
+def save(result: dict, folder: Path = FOLDER) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{Path(result['record']).stem}-{result['precision']}.json"
+    path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def committed_rows(folder: Path = FOLDER) -> list[dict]:
+    """The committed results as table rows: CPU, precision, batch, audio seconds per wall second (median round,
+    with its spread) and each component's seconds; the ratio to batch 1 of the same run."""
+    rows = []
+    for path in sorted(folder.glob("*.json")):
+        result = json.loads(path.read_text())
+        single = next(r["wall_s"] for r in result["rows"] if r["batch"] == 1)
+        for r in result["rows"]:
+            rows.append(
+                {
+                    "cpu": result["cpu"],
+                    "date": result["date"],
+                    "precision": result["precision"],
+                    "batch": r["batch"],
+                    "audio_s_per_s": round(r["audio_s_per_s"], 2),
+                    "wall_s": round(r["wall_s"], 2),
+                    "spread_s": [round(s, 2) for s in r["spread_s"]],
+                    "vs_batch_1": round(single / r["wall_s"], 2),
+                    **{f"{k}_s": round(v, 2) for k, v in r["components_s"].items()},
+                }
+            )
+    return rows
 
 
 def main(argv=None):
@@ -101,10 +156,14 @@ def main(argv=None):
     parser.add_argument("--batches", default="1,2,4,8,16")
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", nargs="?", const=FOLDER, type=Path, help=f"write the result here ({FOLDER})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     batches = [int(b) for b in args.batches.split(",")]
-    print(json.dumps(measure(args.precision, batches, args.sentences, args.rounds), indent=1))  # noqa: T201
+    result = measure(args.precision, batches, args.sentences, args.rounds)
+    if args.out:
+        log.info("written to %s", save(result, args.out))
+    print(json.dumps(result, indent=1))  # noqa: T201
 
 
 if __name__ == "__main__":
