@@ -1,7 +1,7 @@
 """Batched synthesis: B utterances of different lengths through one call of each component equal each utterance
-spoken alone. Unit tier: batch-3 symbolic builds on random float64 weights against PyTorch one utterance at a time,
-with garbage in every padded tail; `say --batch`'s input errors. Real tier: `synthesize_batch` and `say --batch` at
-B = 3 against `synthesize` one text at a time, in two orders."""
+spoken alone. Unit tier: batch-3 and batch-8 symbolic builds on random float64 weights against PyTorch one
+utterance at a time, with garbage in every padded tail; `say --batch`'s input errors. Real tier:
+`synthesize_batch` and `say --batch` at B = 3 against `synthesize` one text at a time, in two orders."""
 
 from __future__ import annotations
 
@@ -17,46 +17,51 @@ from kokoro_tvm.compiler.symbolic import LENGTH_TILE, SymbolicShape
 from kokoro_tvm.components import component
 from kokoro_tvm.studies import batching
 
-BATCH = 3
-MAX_TILES = 3
-VALID = (5, 3 * LENGTH_TILE, 13)  # one short, one the whole build, one a partial tile: each row its own length
+BATCH = 3  # the real tier's batch
+# each case: every row its own length in steps (tokens, or frames for f0n). Batch 3: one short, one the whole
+# build, one a partial tile; batch 8: 5 to 400 steps mixed, the longest not a whole tile
+CASES = {3: (5, 3 * LENGTH_TILE, 13), 8: (5, 400, 37, 8, 123, 250, 64, 397)}
 
 
-@pytest.fixture(scope="module")
-def batched_runners(random_model64):
-    """Batch-3 symbolic float64 builds of the components with an LSTM (masked per row) and AdaIN (masked
-    statistics per row): export, import, compile once."""
+def _tiles(valid: tuple[int, ...]) -> int:
+    return -(-max(valid) // LENGTH_TILE)
+
+
+@pytest.fixture(scope="module", params=sorted(CASES), ids=lambda b: f"batch{b}")
+def batched_runners(request, random_model64):
+    """Symbolic float64 builds for one case's batch of the components with an LSTM (masked per row) and AdaIN
+    (masked statistics per row): export, import, compile once per batch size. Returns (runners, valid)."""
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.build import symbolic_relax_module
     from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
 
+    valid = CASES[request.param]
     runners = {}
     for name in ("duration", "text_encoder", "f0n"):
-        mod, exported, _ = symbolic_relax_module(random_model64, SymbolicShape(name, MAX_TILES, BATCH))
+        shape = SymbolicShape(name, _tiles(valid), len(valid))
+        mod, exported, _ = symbolic_relax_module(random_model64, shape)
         named = dict(exported.named_parameters())
         params = [named[p].detach().numpy() for p in exported.graph_signature.parameters]
         runners[name] = compile_and_load(mod, params=params, transform_params=TRANSFORM_PARAMS)
-    return runners
+    return runners, valid
 
 
-def _batch_inputs(name: str, garbage: bool) -> list[torch.Tensor]:
-    """Batch-3 inputs at MAX_TILES tiles, row b valid for VALID[b] steps; past that zeros, or (garbage) junk."""
+def _batch_inputs(name: str, valid: tuple[int, ...], garbage: bool) -> list[torch.Tensor]:
+    """A batch of len(valid) at the longest row's tiles, row b valid for valid[b] steps; past that zeros, or
+    (garbage) junk."""
     from kokoro_tvm.compiler.export import ComponentShape, example_inputs
 
-    xs = list(example_inputs(ComponentShape(name, MAX_TILES * LENGTH_TILE, BATCH), torch.float64))
+    steps = _tiles(valid) * LENGTH_TILE
+    xs = list(example_inputs(ComponentShape(name, steps, len(valid)), torch.float64))
     g = torch.Generator().manual_seed(7)
     for i, spec in enumerate(component(name).inputs):
         if spec.values == "lengths":
-            xs[i] = torch.tensor(VALID, dtype=torch.int64)
+            xs[i] = torch.tensor(valid, dtype=torch.int64)
             continue
         if spec.length_axis is None:
             continue
-        for b, valid in enumerate(VALID):
-            tail = xs[i][b].narrow(
-                spec.length_axis - 1,
-                valid * spec.length_multiple,
-                (MAX_TILES * LENGTH_TILE - valid) * spec.length_multiple,
-            )
+        for b, n in enumerate(valid):
+            tail = xs[i][b].narrow(spec.length_axis - 1, n * spec.length_multiple, (steps - n) * spec.length_multiple)
             if not garbage:
                 tail.zero_()
             elif spec.values == "ids":
@@ -66,7 +71,7 @@ def _batch_inputs(name: str, garbage: bool) -> list[torch.Tensor]:
     return xs
 
 
-def _alone(model, name: str, xs: list[torch.Tensor], b: int) -> tuple[np.ndarray, ...]:
+def _alone(model, name: str, xs: list[torch.Tensor], b: int, n: int) -> tuple[np.ndarray, ...]:
     """PyTorch on row b alone, cut to its valid length (no padding at all)."""
     from kokoro_tvm.compiler.export import component_module
     from kokoro_tvm.compiler.patches import export_patches
@@ -75,7 +80,7 @@ def _alone(model, name: str, xs: list[torch.Tensor], b: int) -> tuple[np.ndarray
     row = []
     for x, spec in zip(xs, component(name).inputs, strict=True):
         x = x[b : b + 1]
-        row.append(x if spec.length_axis is None else x.narrow(spec.length_axis, 0, VALID[b] * spec.length_multiple))
+        row.append(x if spec.length_axis is None else x.narrow(spec.length_axis, 0, n * spec.length_multiple))
     with torch.no_grad(), export_patches(model), default_dtype(torch.float64):
         found = component_module(model, name)(*row)
     return tuple(t.numpy() for t in (found if isinstance(found, tuple) else (found,)))
@@ -83,19 +88,21 @@ def _alone(model, name: str, xs: list[torch.Tensor], b: int) -> tuple[np.ndarray
 
 @pytest.mark.parametrize("name", ["duration", "text_encoder", "f0n"])
 def test_each_row_of_a_batch_is_its_utterance_alone(name, batched_runners, random_model64):
-    """float64: every row of one batch-3 call equals PyTorch on that utterance alone (>= 100 dB is a relative
-    error <= 1e-5; measured 1e-15), and junk in every padded tail changes no valid value by a single bit."""
-    runner = batched_runners[name]
-    clean = runner(*(x.numpy() for x in _batch_inputs(name, garbage=False)), runner.shape(MAX_TILES))
-    dirty = runner(*(x.numpy() for x in _batch_inputs(name, garbage=True)), runner.shape(MAX_TILES))
-    xs = _batch_inputs(name, garbage=False)
-    for b, valid in enumerate(VALID):
-        want = _alone(random_model64, name, xs, b)
+    """float64: every row of one batched call (3 rows; 8 rows of 5 to 400 steps) equals PyTorch on that utterance
+    alone (>= 100 dB is a relative error <= 1e-5; measured 1e-15), and junk in every padded tail changes no valid
+    value by a single bit."""
+    runners, valid = batched_runners
+    runner = runners[name]
+    clean = runner(*(x.numpy() for x in _batch_inputs(name, valid, garbage=False)), runner.shape(_tiles(valid)))
+    dirty = runner(*(x.numpy() for x in _batch_inputs(name, valid, garbage=True)), runner.shape(_tiles(valid)))
+    xs = _batch_inputs(name, valid, garbage=False)
+    for b, n in enumerate(valid):
+        want = _alone(random_model64, name, xs, b, n)
         for got, junk, w in zip(clean, dirty, want, strict=True):
-            cut = tuple(slice(0, n) for n in w.shape[1:])  # the valid prefix of row b
+            cut = tuple(slice(0, k) for k in w.shape[1:])  # the valid prefix of row b
             g, d = got[b][cut], junk[b][cut]
             # float64 throughout, sums in another order: ~1e-15; 1e-12 leaves room, a wrong row is O(1)
-            assert np.linalg.norm(g - w[0]) / np.linalg.norm(w[0]) < 1e-12, (name, b, valid)
+            assert np.linalg.norm(g - w[0]) / np.linalg.norm(w[0]) < 1e-12, (name, b, n)
             assert np.array_equal(g, d), (name, b)
 
 
