@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.compiler.symbolic import tile_count
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.evaluation.backends import pick_sentences
 from kokoro_tvm.frontend.corpus import load_sentences
@@ -33,6 +34,7 @@ from kokoro_tvm.paths import TUNING_RECORDS, repository_commit
 from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.runtime.kokoro import Utterance
+from kokoro_tvm.runtime.vm import ComponentRunner
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,22 @@ def _rounded(seconds: dict) -> dict:
     return {k: round(v, 3) for k, v in seconds.items()}
 
 
+def _row(batch: int, found: list, audio_s: float, padding: float) -> dict:
+    """One batch size's rounds: the median wall time, its spread, audio seconds per second, each component's
+    seconds in the median round, and the frames the decoder ran over the frames spoken (padding to each group's
+    longest)."""
+    walls = [w for w, _ in found]
+    median_round = sorted(found, key=lambda r: r[0])[len(found) // 2]
+    return {
+        "batch": batch,
+        "wall_s": float(np.median(walls)),
+        "spread_s": [min(walls), max(walls)],
+        "audio_s_per_s": audio_s / float(np.median(walls)),
+        "components_s": _rounded(median_round[1]),
+        "frames_padded_over_valid": round(padding, 3),
+    }
+
+
 def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: int = 3, voice: str = "af_heart"):
     from kokoro_tvm.compiled import compiled_kokoro
     from kokoro_tvm.weights.resolve import load_kmodel
@@ -81,8 +99,10 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
     noise = SeededNoise(0)
     audio_s = sum(len(s.audio) for s in compiled.run_many(items, 1, noise=noise)) / SAMPLE_RATE
     log.info("%d sentences, %.1f s of audio", len(items), audio_s)
-    for batch in batches:  # every build used, built (or found) before any timing
-        compiled.run_many(items, batch, noise=noise)
+    padding = {}
+    for batch in batches:  # every build used, built (or found) before any timing; the frames each size pads to
+        found = compiled.run_many(items, batch, noise=noise)
+        padding[batch] = sum(s.buckets[1] for s in found) / sum(s.alignment.shape[0] for s in found)
     runs: dict[int, list] = {b: [] for b in batches}
     for _ in range(rounds):
         for batch in batches:
@@ -91,19 +111,7 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
             compiled.run_many(items, batch, noise=noise)
             runs[batch].append((time.perf_counter() - start, dict(seconds)))
             log.info("batch %d: %.2f s (%s)", batch, runs[batch][-1][0], _rounded(seconds))
-    rows = []
-    for batch, found in runs.items():
-        walls = [w for w, _ in found]
-        median_round = sorted(found, key=lambda r: r[0])[len(found) // 2]
-        rows.append(
-            {
-                "batch": batch,
-                "wall_s": float(np.median(walls)),
-                "spread_s": [min(walls), max(walls)],
-                "audio_s_per_s": audio_s / float(np.median(walls)),
-                "components_s": _rounded(median_round[1]),
-            }
-        )
+    rows = [_row(batch, found, audio_s, padding[batch]) for batch, found in runs.items()]
     here = machine()
     return {
         "cpu": f"{here.cpu} (family {here.family}, model {here.model})",
@@ -116,6 +124,46 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
         "audio_s": audio_s,
         "rounds": rounds,
         "rows": rows,
+    }
+
+
+def batch_cost(component: str, length: int, batch: int, runs: int = 5) -> dict:
+    """`component`'s fp32 symbolic build for `batch` against its batch-1 build called `batch` times, on example
+    inputs of `length` steps (every row full: no padding), the two interleaved call by call after a warm-up
+    (the machine's speed drifts between runs by up to 19%: NOTES/performance.md): median seconds and spread of
+    each, and their ratio. Whether batching itself costs or buys anything once padding is out of the picture."""
+    import torch
+
+    from kokoro_tvm.compiler.build import BuildSpec, build
+    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    model, info = load_kmodel()
+    calls = {}
+    for b in (1, batch):
+        runner = ComponentRunner(build(model, info.fingerprint, BuildSpec.dynamic(component, "float32", batch=b)))
+        inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, b), torch.float32)]
+        tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
+        runner.run_on_device(*tensors)  # warm-up
+        calls[b] = (runner, tensors, batch // b)
+    seconds: dict[int, list] = {1: [], batch: []}
+    for _ in range(runs):
+        for b, (runner, tensors, repeat) in calls.items():
+            start = time.perf_counter()
+            for _ in range(repeat):
+                runner.run_on_device(*tensors)
+            seconds[b].append(time.perf_counter() - start)
+    alone, together = (float(np.median(seconds[b])) for b in (1, batch))
+    return {
+        "component": component,
+        "length": length,
+        "batch": batch,
+        "runs": runs,
+        "batch_1_times_b_s": alone,
+        "batch_1_times_b_spread_s": [min(seconds[1]), max(seconds[1])],
+        "batched_s": together,
+        "batched_spread_s": [min(seconds[batch]), max(seconds[batch])],
+        "batched_over_alone": together / alone,
     }
 
 
@@ -144,6 +192,7 @@ def committed_rows(folder: Path = FOLDER) -> list[dict]:
                     "wall_s": round(r["wall_s"], 2),
                     "spread_s": [round(s, 2) for s in r["spread_s"]],
                     "vs_batch_1": round(single / r["wall_s"], 2),
+                    "frames_padded_over_valid": r.get("frames_padded_over_valid"),
                     **{f"{k}_s": round(v, 2) for k, v in r["components_s"].items()},
                 }
             )
@@ -157,8 +206,13 @@ def main(argv=None):
     parser.add_argument("--sentences", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", nargs="?", const=FOLDER, type=Path, help=f"write the result here ({FOLDER})")
+    parser.add_argument("--cost", help="COMPONENT:LENGTH:BATCH: batch_cost instead (--rounds calls), JSON on stdout")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.cost:
+        component, length, batch = args.cost.split(":")
+        print(json.dumps(batch_cost(component, int(length), int(batch), args.rounds), indent=1))  # noqa: T201
+        return
     batches = [int(b) for b in args.batches.split(",")]
     result = measure(args.precision, batches, args.sentences, args.rounds)
     if args.out:

@@ -21,9 +21,10 @@ from kokoro_tvm.synthesis.backends import TVMBackend, check_backend, make_backen
 
 log = logging.getLogger(__name__)
 
-# Chunks per call of each component. On the CPU batching has not paid yet (`python -m kokoro_tvm.studies.batching
-# --precision fp32 --batches 1,4 --rounds 1 --sentences 6`, 2-core Emerald Rapids Xeon: 42.7 s of audio in
-# 23.5 s at B = 1, 26.4 s at B = 4, every component slower or equal batched), so one; `--batch-size` asks for more.
+# Chunks per call of each component. On the CPU batching does not pay: notebook 07's 20 sentences on the 2-core
+# Emerald Rapids Xeon, fp32, 2.74 s of audio per second at batch 1, 2.36 at 2, 1.79 at 16 (the decoder is
+# compute-bound and pays for padding; NOTES/performance.md "Batching", `python -m kokoro_tvm.studies.batching`),
+# so one; `--batch-size` asks for more.
 DEFAULT_BATCH = 1
 
 
