@@ -97,12 +97,12 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
     seconds: dict = defaultdict(float)
     _timed(compiled, seconds)
     noise = SeededNoise(0)
-    audio_s = sum(len(s.audio) for s in compiled.run_many(items, 1, noise=noise)) / SAMPLE_RATE
-    log.info("%d sentences, %.1f s of audio", len(items), audio_s)
     padding = {}
     for batch in batches:  # every build used, built (or found) before any timing; the frames each size pads to
         found = compiled.run_many(items, batch, noise=noise)
         padding[batch] = sum(s.buckets[1] for s in found) / sum(s.alignment.shape[0] for s in found)
+    audio_s = sum(len(s.audio) for s in found) / SAMPLE_RATE  # the same at every batch size (tests/test_batched.py)
+    log.info("%d sentences, %.1f s of audio", len(items), audio_s)
     runs: dict[int, list] = {b: [] for b in batches}
     for _ in range(rounds):
         for batch in batches:
