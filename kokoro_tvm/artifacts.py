@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from kokoro_tvm.errors import ResourceError
+from kokoro_tvm.paths import temporary_sibling
+
+log = logging.getLogger(__name__)
+
+# Beside a CPU build's library: its weight transform's results, kept at the first load (Artifact.keep_lifted)
+LIFTED_FILE = "lifted_params.npz"
 
 # The source that decides what a build computes, relative to the package root: the compiler, the component
 # registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a
@@ -48,6 +57,13 @@ def params_digest(arrays: dict[str, np.ndarray], names: list[str]) -> str:
     return digest.hexdigest()
 
 
+def _lifted_digest(arrays: dict[str, np.ndarray], order: list[int]) -> str:
+    """The digest of kept transform results: their arrays (`params_digest`) and which input takes which."""
+    if not all(isinstance(i, int) and 0 <= i < len(arrays) for i in order):
+        raise ValueError("its order names arrays it lacks")
+    return hashlib.sha256((params_digest(arrays, list(arrays)) + json.dumps(order)).encode()).hexdigest()
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -57,15 +73,26 @@ def file_sha256(path: Path) -> str:
 
 
 @dataclass
+class RuntimeParams:
+    """A runner's parameters: `arrays`, and `order` (the array of each input `main` takes after the user inputs)
+    where arrays are shared, else one array an input; `transform`: the function that turns them into `main`'s
+    inputs once, at load (None: they are `main`'s inputs already)."""
+
+    arrays: list[np.ndarray]
+    order: list[int] | None = None
+    transform: str | None = None
+
+
+@dataclass
 class Artifact:
     """One component at one shape: the Relax VM library, its manifest, and the shared parameter file."""
 
     library: Path
     params: Path
     manifest: dict
-    # parameters a cache check has just read and verified, handed to the first load_params (the runner) instead of
-    # reading them again: 330 MB and 0.6 s for the five fp32 builds; handed over once, not kept
-    verified: list | None = field(default=None, repr=False, compare=False)
+    # what a cache check has just read and verified (`runtime_params`), handed to the first runner instead of
+    # reading it again: 330 MB and 0.6 s for the five fp32 builds; handed over once, not kept
+    verified: RuntimeParams | None = field(default=None, repr=False, compare=False)
 
     @property
     def param_names(self) -> list[str]:
@@ -90,11 +117,69 @@ class Artifact:
             raise ArtifactError(f"{folder} is not a kokoro-tvm artifact: {exc}") from exc
         return cls(folder / "component.so", Path(manifest["params_file"]), manifest)
 
-    def load_params(self) -> list[np.ndarray]:
-        """The parameters in call order, verified against the manifest's digest."""
+    @property
+    def lifted_file(self) -> Path:
+        """The weight transform's results, kept by the first CPU runner that ran it (`keep_lifted`)."""
+        return self.library.parent / LIFTED_FILE
+
+    def keep_lifted(self, arrays: list[np.ndarray], order: list[int]) -> None:
+        """Store what the load-time transform made (`arrays`, each distinct tensor once, and each input's index
+        into them), tied to this library and these parameters, so later loads read it instead of the parameters
+        (the int8 decoder: 187 MB read, not 213 MB read plus 187 MB made from them). A cache that cannot be
+        written is logged and left as it is."""
+        named = {f"a{i}": array for i, array in enumerate(arrays)}
+        state = {**self._lifted_for(), "order": order, "digest": _lifted_digest(named, order)}
+        try:
+            tmp = temporary_sibling(self.lifted_file)
+            with open(tmp, "wb") as handle:  # a file object: np.savez would append .npz to a name
+                np.savez(handle, __state__=np.frombuffer(json.dumps(state).encode(), np.uint8), **named)
+            os.replace(tmp, self.lifted_file)
+        except OSError as exc:
+            log.warning("lifted parameters not kept for %s: %s", self.library.parent.name, exc)
+
+    def _lifted_for(self) -> dict:
+        return {
+            "library_sha256": self.manifest["library_sha256"],
+            "params_digest": self.manifest["params_digest"],
+            "transform": self.manifest.get("transform_params"),
+        }
+
+    def load_lifted(self) -> RuntimeParams | None:
+        """The kept transform results, verified (digest, and made by this library from these parameters), or
+        None (none kept, or not for this build: logged)."""
+        if not self.manifest.get("transform_params") or not self.lifted_file.is_file():
+            return None
+        try:
+            with np.load(self.lifted_file) as npz:
+                state = json.loads(npz["__state__"].tobytes())
+                names = [f"a{i}" for i in range(len(npz.files) - 1)]
+                arrays = {name: npz[name] for name in names}
+            if {k: state.get(k) for k in self._lifted_for()} != self._lifted_for():
+                raise ValueError("made by another library or from other parameters")
+            if _lifted_digest(arrays, state["order"]) != state["digest"]:
+                raise ValueError("does not match its recorded digest")
+        except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+            log.warning("lifted parameters of %s not used (%s): transforming at load", self.library.parent.name, exc)
+            return None
+        return RuntimeParams([arrays[name] for name in names], list(state["order"]))
+
+    def runtime_params(self) -> RuntimeParams:
+        """What a CPU runner appends to every call, verified: the transform's results where an earlier load kept
+        them, else the parameters and the transform the runner calls once at load. A cache check's copy is handed over
+        once (`verified`), then read from the files again."""
         if self.verified is not None:
             verified, self.verified = self.verified, None
             return verified
+        return self.load_lifted() or RuntimeParams(self.load_params(), transform=self.manifest.get("transform_params"))
+
+    def verify(self) -> None:
+        """Read and check every file a load may read (the parameters too where kept transform results would
+        spare a load them: they stay the source of truth); the first runner takes what a load would read."""
+        params = self.load_params()
+        self.verified = self.load_lifted() or RuntimeParams(params, transform=self.manifest.get("transform_params"))
+
+    def load_params(self) -> list[np.ndarray]:
+        """The parameters in call order, verified against the manifest's digest."""
         try:
             with np.load(self.params) as npz:
                 arrays = {name: npz[name] for name in self.param_names}

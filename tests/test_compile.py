@@ -120,9 +120,10 @@ def test_a_cache_check_hands_its_verified_parameters_to_the_first_load(unit_cach
     build(random_model64, RANDOM_FINGERPRINT, spec)
     cached = build(random_model64, RANDOM_FINGERPRINT, spec)
     handed = cached.verified
-    assert handed is not None and cached.load_params() is handed and cached.verified is None
-    again = cached.load_params()  # read and verified from the file
-    assert again is not handed and all(np.array_equal(a, b) for a, b in zip(again, handed, strict=True))
+    assert handed is not None and cached.runtime_params() is handed and cached.verified is None
+    again = cached.runtime_params()  # read and verified from the files
+    assert again is not handed and (again.order, again.transform) == (handed.order, handed.transform)
+    assert all(np.array_equal(a, b) for a, b in zip(again.arrays, handed.arrays, strict=True))
 
 
 def test_runtime_works_without_torch(unit_cache, random_model64):

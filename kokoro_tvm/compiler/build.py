@@ -170,7 +170,7 @@ def _valid(folder: Path, fields: dict) -> Artifact | None:
             raise ArtifactError(f"built for {artifact.manifest.get('key')}")
         if not artifact.library.exists() or file_sha256(artifact.library) != artifact.manifest["library_sha256"]:
             raise ArtifactError(f"{artifact.library} is missing or does not match its recorded sha256")
-        artifact.verified = artifact.load_params()
+        artifact.verify()
     except (ArtifactError, KeyError) as exc:
         log.warning("rebuilding %s: %s", folder.name, exc)
         return None

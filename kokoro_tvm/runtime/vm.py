@@ -1,7 +1,8 @@
 """The Relax VM with numpy in and numpy out: the one place that runs compiled code. Never imports torch.
 
 - `VMRunner`: an executable (fresh from the compiler) or a loaded library, on one device, with optional
-  parameters appended to every call (after a one-off weight transform, if the build lifted one).
+  parameters appended to every call (after a one-off weight transform, if the build lifted one and did not run
+  it itself).
 - `ComponentRunner`: a VMRunner for one cached artifact (kokoro_tvm.artifacts): library and parameters.
 """
 
@@ -26,6 +27,7 @@ class VMRunner:
         params: Sequence[np.ndarray] = (),
         transform_params: str | None = None,
         function: str = "main",
+        order: Sequence[int] | None = None,
     ):
         import tvm
 
@@ -41,6 +43,8 @@ class VMRunner:
         for i in range(len(params)):
             self.params.append(self._tensor(np.ascontiguousarray(params[i]), device=self.device))
             params[i] = None
+        if order is not None:  # one array for several inputs (lifted at build time): one tensor, shared
+            self.params = [self.params[i] for i in order]
         if transform_params:  # weight-only work lifted out of main at build time: done once, here
             lifted = self.vm[transform_params](self.params)
             self.params = [lifted[i] for i in range(len(lifted))]
@@ -85,4 +89,20 @@ class ComponentRunner(VMRunner):
             library = tvm.runtime.load_module(str(artifact.library))
         except Exception as exc:  # TVM raises its own error types for unreadable libraries
             raise ArtifactError(f"cannot load compiled library {artifact.library}: {exc}") from exc
-        super().__init__(library, device, artifact.load_params(), artifact.manifest.get("transform_params"))
+        params = artifact.runtime_params()  # the transform's results where an earlier load kept them
+        super().__init__(library, device, params.arrays, params.transform, order=params.order)
+        if params.transform and device == "cpu":
+            artifact.keep_lifted(*self._distinct_params())
+
+    def _distinct_params(self) -> tuple[list[np.ndarray], list[int]]:
+        """The parameters as host arrays (views, no copy), each shared tensor once (ALBERT's one layer serves 12),
+        and each input's index into them."""
+        arrays, index, order = [], {}, []
+        for tensor in self.params:
+            array = np.from_dlpack(tensor)
+            key = (array.ctypes.data, array.shape, array.dtype.str)
+            if key not in index:
+                index[key] = len(arrays)
+                arrays.append(array)
+            order.append(index[key])
+        return arrays, order
