@@ -120,3 +120,26 @@ def test_the_g2p_study_measures_differences():
     (row,) = phoneme_differences(["$1,234.56 for the dog."])
     assert not row["equal"] and row["edit_distance"] > 10  # espeak reads "dollar one, ..." first
     assert "dˈɑːɡ" in row["espeak"] or "dˈɑɡ" in row["espeak"]
+
+
+def test_misakis_lexicon_comes_from_our_cache_as_misaki_makes_it(tmp_path, monkeypatch, caplog):
+    """The first Lexicon under `lexicon_from_cache` is misaki's own and is kept; the next one is read from the
+    kept file (a mark put in the file shows it); both equal what misaki makes; a damaged file is made again."""
+    import pickle
+
+    from misaki import en
+
+    monkeypatch.setenv("KOKORO_TVM_CACHE", str(tmp_path))
+    own, misakis = en.Lexicon.__init__, vars(en.Lexicon(False))
+    with g2p.lexicon_from_cache():
+        assert vars(en.Lexicon(False)) == misakis
+    (kept,) = (tmp_path / "g2p").iterdir()
+    kept.write_bytes(pickle.dumps({**pickle.loads(kept.read_bytes()), "marked": True}))
+    with g2p.lexicon_from_cache():
+        cached = vars(en.Lexicon(False))
+    assert cached.pop("marked") is True and cached == misakis
+    kept.write_bytes(b"not a pickle")
+    with caplog.at_level("WARNING"), g2p.lexicon_from_cache():
+        assert vars(en.Lexicon(False)) == misakis
+    assert "unreadable" in caplog.text and "marked" not in pickle.loads(kept.read_bytes())
+    assert en.Lexicon.__init__ is own  # reversible: misaki's own __init__ again after the block

