@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,6 +16,8 @@ import numpy as np
 from kokoro_tvm.artifacts import Artifact, ArtifactError
 from kokoro_tvm.machine import amx_tiles
 from kokoro_tvm.runtime.devices import use_every_cpu
+
+log = logging.getLogger(__name__)
 
 
 class VMRunner:
@@ -92,7 +95,12 @@ class ComponentRunner(VMRunner):
         params = artifact.runtime_params()  # the transform's results where an earlier load kept them
         super().__init__(library, device, params.arrays, params.transform, order=params.order)
         if params.transform and device == "cpu":
-            artifact.keep_lifted(*self._distinct_params())
+            try:
+                arrays, order = self._distinct_params()
+            except (BufferError, TypeError, ValueError) as exc:  # a dtype numpy cannot view (none so far)
+                log.warning("lifted parameters of %s not kept: %s", artifact.library.parent.name, exc)
+            else:
+                artifact.keep_lifted(arrays, order)
 
     def _distinct_params(self) -> tuple[list[np.ndarray], list[int]]:
         """The parameters as host arrays (views, no copy), each shared tensor once (ALBERT's one layer serves 12),
