@@ -1,4 +1,6 @@
-"""What a built component is on disk (shared by compile and runtime; imports neither torch nor TVM)."""
+"""What a built component is on disk (shared by compile and runtime; imports neither torch nor TVM): a library, a
+manifest and the shared parameter file, plus, once a CPU load has run the build's weight transform, what it made
+(`Artifact.keep_lifted`), which later loads read instead."""
 
 from __future__ import annotations
 
