@@ -1,9 +1,9 @@
 """The Relax VM with numpy in and numpy out: the one place that runs compiled code. Never imports torch.
 
 - `VMRunner`: an executable (fresh from the compiler) or a loaded library, on one device, with optional
-  parameters appended to every call (after a one-off weight transform, if the build lifted one and did not run
-  it itself).
-- `ComponentRunner`: a VMRunner for one cached artifact (kokoro_tvm.artifacts): library and parameters.
+  parameters appended to every call (after a one-off weight transform, if the build lifted one).
+- `ComponentRunner`: a VMRunner for one cached artifact (kokoro_tvm.artifacts): library and parameters; on the
+  CPU the first load keeps what the transform made, and later loads start from that.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class VMRunner:
         for i in range(len(params)):
             self.params.append(self._tensor(np.ascontiguousarray(params[i]), device=self.device))
             params[i] = None
-        if order is not None:  # one array for several inputs (lifted at build time): one tensor, shared
+        if order is not None:  # one array for several inputs (kept by an earlier load): one tensor, shared
             self.params = [self.params[i] for i in order]
         if transform_params:  # weight-only work lifted out of main at build time: done once, here
             lifted = self.vm[transform_params](self.params)
