@@ -138,8 +138,10 @@ def test_misakis_lexicon_comes_from_our_cache_as_misaki_makes_it(tmp_path, monke
     with g2p.lexicon_from_cache():
         cached = vars(en.Lexicon(False))
     assert cached.pop("marked") is True and cached == misakis
-    kept.write_bytes(b"not a pickle")
-    with caplog.at_level("WARNING"), g2p.lexicon_from_cache():
-        assert vars(en.Lexicon(False)) == misakis
-    assert "unreadable" in caplog.text and "marked" not in pickle.loads(kept.read_bytes())
+    for damaged in (b"not a pickle", pickle.dumps({"british": False})):  # unreadable; not a whole lexicon
+        kept.write_bytes(damaged)
+        caplog.clear()
+        with caplog.at_level("WARNING"), g2p.lexicon_from_cache():
+            assert vars(en.Lexicon(False)) == misakis
+        assert "unreadable" in caplog.text and pickle.loads(kept.read_bytes()) == misakis
     assert en.Lexicon.__init__ is own  # reversible: misaki's own __init__ again after the block

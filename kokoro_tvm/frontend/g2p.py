@@ -109,11 +109,14 @@ def lexicon_from_cache():
     def from_cache(lexicon, british):
         path = _lexicon_cache(british)
         try:
-            vars(lexicon).update(pickle.loads(path.read_bytes()))
+            state = pickle.loads(path.read_bytes())
+            if not isinstance(state, dict) or not {"british", "golds", "silvers"} <= state.keys():
+                raise ValueError("not a lexicon")
+            vars(lexicon).update(state)
             return
         except FileNotFoundError:
             pass
-        except (OSError, pickle.UnpicklingError, EOFError, TypeError, ValueError) as exc:
+        except Exception as exc:  # unpickling a damaged file can raise nearly any error
             log.warning("misaki's lexicon cache %s is unreadable (%s): made again", path.name, exc)
         made_by_misaki(lexicon, british)
         try:
