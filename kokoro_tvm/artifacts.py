@@ -160,7 +160,7 @@ class Artifact:
                 raise ValueError("made by another library or from other parameters")
             if _lifted_digest(arrays, state["order"]) != state["digest"]:
                 raise ValueError("does not match its recorded digest")
-        except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+        except (OSError, EOFError, KeyError, TypeError, ValueError, zipfile.BadZipFile) as exc:
             log.warning("lifted parameters of %s not used (%s): transforming at load", self.library.parent.name, exc)
             return None
         return RuntimeParams([arrays[name] for name in names], list(state["order"]))
