@@ -145,3 +145,15 @@ def test_misakis_lexicon_comes_from_our_cache_as_misaki_makes_it(tmp_path, monke
             assert vars(en.Lexicon(False)) == misakis
         assert "unreadable" in caplog.text and pickle.loads(kept.read_bytes()) == misakis
     assert en.Lexicon.__init__ is own  # reversible: misaki's own __init__ again after the block
+
+
+def test_the_g2p_loads_only_the_pipes_misaki_runs():
+    """misaki enables tok2vec and tagger; the other pipes are not even loaded (the KPipeline test above, whose
+    spaCy loads them all, checks the phonemes are the same), and spaCy's `load` is its own after the block."""
+    import spacy
+
+    assert g2p.english_g2p(False).nlp.component_names == ["tok2vec", "tagger"]
+    before = spacy.load
+    with g2p.spacy_loads_only_enabled_pipes():
+        assert spacy.load is not before
+    assert spacy.load is before
