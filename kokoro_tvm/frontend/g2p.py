@@ -107,12 +107,10 @@ def spacy_loads_only_enabled_pipes():
     load = spacy.load
 
     def load_enabled(name, **overrides):
-        if overrides.get("enable") and "exclude" not in overrides:
-            model = importlib.import_module(SPACY_MODEL_MODULE) if name == SPACY_MODEL else None
-            meta = Path(model.__file__).parent / "meta.json" if model is not None else None
-            if meta is not None and meta.is_file():
-                pipes = json.loads(meta.read_text()).get("components", [])
-                overrides["exclude"] = [pipe for pipe in pipes if pipe not in overrides["enable"]]
+        if name == SPACY_MODEL and overrides.get("enable") and "exclude" not in overrides:
+            meta = Path(importlib.import_module(SPACY_MODEL_MODULE).__file__).parent / "meta.json"
+            pipes = json.loads(meta.read_text())["components"] if meta.is_file() else []
+            overrides["exclude"] = [pipe for pipe in pipes if pipe not in overrides["enable"]]
         return load(name, **overrides)
 
     spacy.load = load_enabled
