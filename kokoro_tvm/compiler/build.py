@@ -25,7 +25,7 @@ import torch
 import tvm
 
 from kokoro_tvm.artifacts import Artifact, ArtifactError, build_source_digest, file_sha256, params_digest
-from kokoro_tvm.compiler import amx, bf16, int8
+from kokoro_tvm.compiler import amx, bf16, int8, programs
 from kokoro_tvm.compiler.arithmetic import require_arithmetic
 from kokoro_tvm.compiler.converters import to_relax
 from kokoro_tvm.compiler.export import ComponentShape, export_component
@@ -83,41 +83,37 @@ class BuildSpec:
 
 
 def decomposed_program(model, spec: BuildSpec) -> torch.export.ExportedProgram:
-    """`model`'s component exported at `spec` (static), decomposed as the importer reads it: a notebook that reads
-    its ops (`converters.graph_ops(..., decompose=False)`) and builds it (`build(..., decomposed=)`) does this once."""
-    if spec.symbolic:
-        raise ValueError("decomposed_program takes a static spec")
+    """`model`'s component exported at `spec` (a static length, or symbolic) and decomposed as the importer reads
+    it: a notebook that reads its ops (`converters.graph_ops(..., decompose=False)`) and builds it (`build(...,
+    decomposed=)`) does this once, and `build` keeps it for the shape's other precisions (compiler.programs)."""
     with default_dtype(next(model.parameters()).dtype):  # the rule of every export and import here
-        return export_component(model, spec.shape).run_decompositions()
+        if spec.symbolic:
+            exported = export_symbolic(model, SymbolicShape(spec.component, spec.length // LENGTH_TILE, spec.batch))
+        else:
+            exported = export_component(model, spec.shape)
+        return exported.run_decompositions()
 
 
 def relax_module(model, spec: BuildSpec, decomposed: torch.export.ExportedProgram | None = None, target=None):
-    """Export `model`'s component at `spec` (or take `decomposed`, its `decomposed_program`) and import it, weight
-    work lifted for `target` (pipeline.lift_weight_transforms): (module, exported, {"export": s, "import": s})."""
+    """Export and decompose `model`'s component at `spec` (or take `decomposed`, its `decomposed_program`) and
+    import it, weight work lifted for `target` (pipeline.lift_weight_transforms): (module, decomposed program,
+    {"export": s, "import": s}), the export's seconds including PyTorch's decompositions."""
     if str(next(model.parameters()).dtype).removeprefix("torch.") != spec.dtype:
         raise ValueError(f"model dtype {next(model.parameters()).dtype} does not match the spec's {spec.dtype}")
-    if spec.symbolic:
-        shape = SymbolicShape(spec.component, spec.length // LENGTH_TILE, spec.batch)
-        return symbolic_relax_module(model, shape, spec.precision, target)
     t0 = time.perf_counter()
-    exported = export_component(model, spec.shape) if decomposed is None else decomposed
+    program = decomposed_program(model, spec) if decomposed is None else decomposed
     t1 = time.perf_counter()
-    with default_dtype(next(model.parameters()).dtype):  # the importer re-runs decompositions: same rule
-        mod = to_relax(exported, keep_params_as_input=True, decomposed=decomposed is not None)
-        mod = lift_weight_transforms(mod, spec.component, spec.precision, target)
-    return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
+    with default_dtype(next(model.parameters()).dtype):
+        mod = to_relax(program, keep_params_as_input=True, decomposed=True)
+        mod = lift_weight_transforms(add_tile_count(mod), spec.component, spec.precision, target)
+    return mod, program, {"export": t1 - t0, "import": time.perf_counter() - t1}
 
 
 def symbolic_relax_module(model, shape: SymbolicShape, precision: str = "full", target=None):
-    """Export and import one component with a symbolic length (kokoro_tvm.compiler.symbolic), lifted for
-    `target` as relax_module does: (module, exported program, {"export": s, "import": s})."""
-    t0 = time.perf_counter()
-    exported = export_symbolic(model, shape)
-    t1 = time.perf_counter()
-    with default_dtype(next(model.parameters()).dtype):
-        mod = to_relax(exported, keep_params_as_input=True)
-        mod = lift_weight_transforms(add_tile_count(mod), shape.component, precision, target)
-    return mod, exported, {"export": t1 - t0, "import": time.perf_counter() - t1}
+    """relax_module for one component with a symbolic length (kokoro_tvm.compiler.symbolic)."""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    spec = BuildSpec(shape.component, shape.max_length, dtype, shape.batch, symbolic=True, precision=precision)
+    return relax_module(model, spec, target=target)
 
 
 def _key(fields: dict) -> str:
@@ -233,7 +229,9 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
         spec.batch,
         target.get("mcpu", target["kind"]),
     )
-    mod, exported, seconds = relax_module(model, spec, decomposed, target)
+    shared = decomposed if decomposed is not None else programs.kept_program(model, fields["weights"], spec)
+    mod, exported, seconds = relax_module(model, spec, shared, target)
+    programs.keep_program(fields["weights"], spec, exported)
     t2 = time.perf_counter()
     executable = compile_relax(mod, target)
     library.parent.mkdir(parents=True, exist_ok=True)
