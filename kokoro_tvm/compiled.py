@@ -20,9 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kokoro_tvm.compiler.arithmetic import require_arithmetic
-from kokoro_tvm.compiler.bf16 import Bf16Unsupported, host_supports_bf16
-from kokoro_tvm.compiler.int8 import host_supports_int8
 from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
 from kokoro_tvm.compiler.targets import check_dtype, host_target, target_for
 from kokoro_tvm.compiler.tuning.record import find
@@ -43,6 +40,9 @@ def check_device(device: str, dtype: str) -> None:
 def check_precision(name: str, device: str = "cpu", target: dict | None = None) -> Precision:
     """Before anything is built: `--precision NAME` exists and the device's target can run it (bf16: an x86 CPU
     with AVX512_BF16, this one included when it is the target; int8: AVX512_VNNI as well), one clear error."""
+    from kokoro_tvm.compiler.arithmetic import require_arithmetic
+    from kokoro_tvm.compiler.bf16 import Bf16Unsupported
+
     chosen = get_precision(name)
     check_dtype(chosen.dtype, device)
     if chosen.arithmetic == "full":
@@ -57,6 +57,9 @@ def check_precision(name: str, device: str = "cpu", target: dict | None = None) 
 
 def runs_here(name: str) -> bool:
     """Whether this CPU can build and run `--precision NAME` for itself."""
+    from kokoro_tvm.compiler.bf16 import host_supports_bf16
+    from kokoro_tvm.compiler.int8 import host_supports_int8
+
     arithmetic = get_precision(name).arithmetic
     return arithmetic == "full" or (host_supports_bf16() and (arithmetic != "int8" or host_supports_int8()))
 
@@ -116,16 +119,39 @@ class RecordedWeights:
         return dict(self.recorded)
 
 
-def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu", asked: str | None = None, batch: int = 1):
+def ready_start(weights, asked: str, bucket_set, device: str = "cpu", batch: int = 1):
+    """(TVMKokoro, its recorded weights, the precision, why that one) from the ready index, where this request
+    (`asked` as given: "auto" is its own entry) has one whose builds check out, else None: no torch, and no TVM
+    compiler either (the precision's checks passed on this machine when the entry was written)."""
+    if device != "cpu" or batch != 1 or bucket_set is None or not bucket_set.symbolic:
+        return None
+    found = ready.find(weights, asked, device)
+    if found is None:
+        return None
+    choice = found.choice or ("asked for" if asked == found.precision else f"{asked}: as the ready index recorded")
+    dtype = get_precision(found.precision).dtype
+    return TVMKokoro(found.provider, dtype, bucket_set, device), RecordedWeights(found.weights), found.precision, choice
+
+
+def ready_or_built(
+    weights,
+    precision: str,
+    bucket_set,
+    device: str = "cpu",
+    asked: str | None = None,
+    batch: int = 1,
+    choice: str | None = None,
+):
     """(TVMKokoro, its weights' info, how it started) for a checked precision: the symbolic-length builds on the
     CPU from the ready index without torch when they are cached (kokoro_tvm.runtime.ready); otherwise the weights
     load, the five builds are found or built with a progress bar, and the index is written (under `asked` too:
-    "auto"). `batch` > 1: the builds path (the index holds the batch-1 builds, the batched ones need the weights)."""
+    "auto", with the `choice` that resolved it). `batch` > 1: the builds path (the index holds the batch-1 builds,
+    the batched ones need the weights)."""
     symbolic = bucket_set is not None and bucket_set.symbolic and device == "cpu"
     found = ready.find(weights, precision, device) if symbolic and batch == 1 else None
     if found is not None:
         if asked not in (None, precision):  # the next `auto` start finds it before importing TVM
-            ready.save(weights, precision, device, found.artifacts, found.weights, asked)
+            ready.save(weights, precision, device, found.artifacts, found.weights, asked, choice)
         dtype = get_precision(precision).dtype
         return TVMKokoro(found.provider, dtype, bucket_set, device), RecordedWeights(found.weights), READY
     import torch  # (deferred: what a ready start never loads)
@@ -143,7 +169,7 @@ def ready_or_built(weights, precision: str, bucket_set, device: str = "cpu", ask
     quiet = not logging.getLogger("kokoro_tvm").isEnabledFor(logging.INFO)  # `-q`: errors only, no bar
     bar = tqdm(NAMES, desc="builds", unit="component", disable=quiet)
     artifacts = {name: compiled.provider(name, None) for name in bar}
-    ready.save(weights, precision, device, artifacts, info.as_dict(), asked)
+    ready.save(weights, precision, device, artifacts, info.as_dict(), asked, choice)
     return compiled, info, "its five builds found or built (once per machine), ready index written"
 
 

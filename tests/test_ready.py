@@ -78,7 +78,7 @@ def test_the_english_g2p_loads_without_torch_and_leaves_it_importable():
 
 
 @pytest.mark.real
-def test_say_defaults_to_the_compiled_model_and_a_cached_one_starts_without_torch(tmp_path):
+def test_say_defaults_to_the_compiled_model_and_a_cached_one_starts_without_torch_or_tvms_compiler(tmp_path):
     from kokoro_tvm.compiled import READY, resolve_precision
     from kokoro_tvm.runtime.audio_io import read_wav
 
@@ -86,16 +86,18 @@ def test_say_defaults_to_the_compiled_model_and_a_cached_one_starts_without_torc
         "import sys\n"
         "from kokoro_tvm.cli import main\n"
         "rc = main(['-q', 'say', 'The sun rose over the quiet hill.', '-o', sys.argv[1]])\n"
-        "print('torch' in sys.modules)\n"
+        "print('torch' in sys.modules, 'tvm' in sys.modules)\n"
         "sys.exit(rc)\n"
     )
     runs = []
     for name in ("first.wav", "second.wav"):  # the first finds or builds, and writes the index
         done = subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
-        runs.append((done.stdout.split()[-1], json.loads((tmp_path / name).with_suffix(".json").read_text())))
-    (_, first), (torch_loaded, second) = runs
-    assert torch_loaded == "False" and second["tvm"]["started"] == READY
+        runs.append((done.stdout.split()[-2:], json.loads((tmp_path / name).with_suffix(".json").read_text())))
+    (_, first), (loaded, second) = runs
+    # neither torch nor the tvm package (TVM's compiler): the runtime library alone runs the cached builds
+    assert loaded == ["False", "False"] and second["tvm"]["started"] == READY
+    assert second["tvm"]["precision_choice"] == first["tvm"]["precision_choice"]
     assert first["backend"] == second["backend"] == "tvm"
     assert second["tvm"]["precision"] == resolve_precision("auto")[0]
     assert second["weights"] == first["weights"]

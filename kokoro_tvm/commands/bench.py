@@ -39,6 +39,7 @@ import numpy as np
 
 from kokoro_tvm.commands import bench_kernels
 from kokoro_tvm.commands.bench_first_audio import first_audio_record
+from kokoro_tvm.compiled import check_precision, compiled_kokoro
 from kokoro_tvm.components import TIMED_PRECISIONS, precision_list
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
@@ -90,7 +91,6 @@ class _Plan:
 
     @classmethod
     def check(cls, peers, buckets: str, precisions: str, runs: int, warmup: int, threads: int) -> _Plan:
-        from kokoro_tvm.compiled import check_precision
         from kokoro_tvm.peers.catalog import COMPILING_PEERS, runnable_peers
 
         if runs < 1 or warmup < 0 or threads < 1:
@@ -132,7 +132,6 @@ def bench(
     docstring); one record with medians, spreads, RTFs, setup costs and, with `components`, per component."""
     import torch
 
-    from kokoro_tvm.compiled import compiled_kokoro
     from kokoro_tvm.peers.catalog import make_peer
     from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.weights.resolve import load_kmodel

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from kokoro_tvm.compiled import check_precision, compiled_kokoro
 from kokoro_tvm.components import TIMED_PRECISIONS, precision_list
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
@@ -131,7 +132,6 @@ def first_audio(
     seconds over `runs` interleaved rounds with their spread, the pieces, and the worst underrun of any round."""
     import torch
 
-    from kokoro_tvm.compiled import check_precision, compiled_kokoro
     from kokoro_tvm.peers.catalog import onnx_fp32_export
     from kokoro_tvm.weights.resolve import load_kmodel
 

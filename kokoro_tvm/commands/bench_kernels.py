@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 
+from kokoro_tvm.compiled import check_precision, compile_and_load
 from kokoro_tvm.compiler.pipeline import aligned_conv_rows
 from kokoro_tvm.compiler.symbolic import tile_count
 from kokoro_tvm.compiler.targets import host_target
@@ -86,7 +87,6 @@ def conv_peak(
     `tvm_int8_vs_torch_int8`, our kernels' shares of the library rates."""
     import torch
 
-    from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.bf16 import host_supports_bf16
     from kokoro_tvm.compiler.int8 import host_supports_int8
     from kokoro_tvm.compiler.passes.align_conv_rows import padded_rows
@@ -314,7 +314,6 @@ def run(args: argparse.Namespace) -> dict:
     `--kernel-split COMPONENT:LENGTH [--precision fp32,bf16]`: kernel_time_split on the resolved weights;
     `--conv-rates COMPONENT:LENGTH [--precision int8]` (one precision, int8 unless given): conv_rates. Each a record
     (NOTES/performance.md quotes all three). A precision this CPU cannot run is one line, before any build."""
-    from kokoro_tvm.compiled import check_precision
 
     default = "int8" if args.conv_rates else "fp32,bf16"
     precisions = (args.precision or default).split(",")

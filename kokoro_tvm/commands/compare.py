@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from kokoro_tvm.commands.bench import print_record
+from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.evaluation import metrics
 from kokoro_tvm.evaluation.metrics import word_error_rate
@@ -63,7 +64,6 @@ def compare_text(
     both (the CLI's default)."""
     import torch
 
-    from kokoro_tvm.compiled import check_device, check_precision, compiled_kokoro
     from kokoro_tvm.reference.pt_dynamic import run_stages
     from kokoro_tvm.weights.resolve import load_kmodel
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 
+from kokoro_tvm.compiled import check_precision
 from kokoro_tvm.runtime.buckets import parse_buckets
 
 log = logging.getLogger("kokoro_tvm.cli")
@@ -15,7 +16,6 @@ log = logging.getLogger("kokoro_tvm.cli")
 def run(args: argparse.Namespace) -> int:
     import torch  # (deferred: torch loads only for the commands that build)
 
-    from kokoro_tvm.compiled import check_precision
     from kokoro_tvm.compiler.precompile import precompile
     from kokoro_tvm.weights.resolve import load_kmodel
 

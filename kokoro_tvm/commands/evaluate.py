@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kokoro_tvm.compiled import check_precision
 from kokoro_tvm.components import precision_list
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
@@ -76,7 +77,6 @@ def read_sentences(source: str) -> list[str]:
 
 def backends_for(precisions: str) -> tuple[str, ...]:
     """The reference, stock PyTorch and one TVM build per precision (`fp32,int8` -> tvm_dynamic, tvm_int8)."""
-    from kokoro_tvm.compiled import check_precision
 
     chosen = precision_list(precisions, tuple(BACKEND_OF))
     for precision in chosen:

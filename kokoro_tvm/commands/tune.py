@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kokoro_tvm import __version__
+from kokoro_tvm.compiled import compiled_kokoro, runs_here
 from kokoro_tvm.compiler.targets import host_target
 from kokoro_tvm.compiler.tuning import record as tuning
 from kokoro_tvm.components import NAMES
@@ -39,7 +40,6 @@ def tune_here(args: argparse.Namespace) -> int:
     import tvm
     from tqdm.auto import tqdm
 
-    from kokoro_tvm.compiled import runs_here
     from kokoro_tvm.compiler.tuning import tuner
     from kokoro_tvm.weights.resolve import load_kmodel
 
@@ -86,7 +86,6 @@ def tuning_gain(
     import torch
 
     from kokoro_tvm.commands.bench import DEFAULT_TEXT
-    from kokoro_tvm.compiled import compiled_kokoro
     from kokoro_tvm.weights.resolve import load_kmodel
 
     record = tuning.find()

@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from kokoro_tvm.compiled import compiled_kokoro
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.evaluation.metrics import audio_metrics, word_error_rate
@@ -96,7 +97,6 @@ class Speakers:
         return OrtInt8(self.threads)
 
     def _compiled(self, **options):
-        from kokoro_tvm.compiled import compiled_kokoro
 
         return compiled_kokoro(self.model, self.weights.fingerprint, **options)
 

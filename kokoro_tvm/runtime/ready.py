@@ -23,6 +23,7 @@ from kokoro_tvm.artifacts import Artifact, ArtifactError, build_source_digest, f
 from kokoro_tvm.components import NAMES
 from kokoro_tvm.machine import cpu_identity, record_name
 from kokoro_tvm.paths import TUNING_ENV, TUNING_RECORDS, WEIGHTS_ENV, cache_dir, temporary_sibling
+from kokoro_tvm.runtime.vm import load_runtime
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ def _entry(key: str) -> Path:
 class Ready:
     artifacts: dict[str, Artifact]  # component -> its symbolic-length build
     weights: dict  # the WeightsInfo the builds were made from, as the sidecar records it
+    precision: str  # what the request resolved to ("auto": the tuner's choice when the entry was written)
+    choice: str | None  # why, as the sidecar says it (None in entries written before it was recorded)
 
     def provider(self, component: str, length: int | None, batch: int = 1) -> Artifact:
         if length is not None or batch != 1:
@@ -95,21 +98,28 @@ def find(weights, precision: str, device: str = "cpu") -> Ready | None:
                 raise ArtifactError(f"{artifact.library.parent.name} was built from other source")
             if file_sha256(artifact.library) != artifact.manifest["library_sha256"]:
                 raise ArtifactError(f"{artifact.library} does not match its recorded sha256")
-        return Ready(artifacts, entry["weights"])
+        return Ready(artifacts, entry["weights"], entry["precision"], entry.get("choice"))
     except (OSError, ValueError, KeyError, ArtifactError) as exc:
         log.info("ready index %s does not hold: %s (building path)", path.name, exc)
         return None
 
 
 def save(
-    weights, precision: str, device: str, artifacts: dict[str, Artifact], weights_info: dict, asked: str | None = None
+    weights,
+    precision: str,
+    device: str,
+    artifacts: dict[str, Artifact],
+    weights_info: dict,
+    asked: str | None = None,
+    choice: str | None = None,
 ) -> Path:
     """Write the index entry of a request whose builds are `artifacts` (every component's symbolic build); under
-    the `asked` precision ("auto") as well where that resolved to `precision`."""
+    the `asked` precision ("auto") as well where that resolved to `precision`, `choice` saying why."""
     entry = {
         "components": {name: str(a.library.parent) for name, a in artifacts.items()},
         "weights": weights_info,
         "precision": precision,
+        "choice": choice,
     }
     for requested in dict.fromkeys([precision, asked or precision]):
         path = _entry(request_key(weights, requested, device))
@@ -120,17 +130,23 @@ def save(
     return path
 
 
+def indexed(weights, precision: str, device: str = "cpu") -> bool:
+    """Whether this request has an index entry: its builds were made and run on this machine (the key holds its
+    identity), so the precision and device checks it passed then need not load the compiler again."""
+    return _entry(request_key(weights, precision, device)).is_file()
+
+
 def start_without_torch(weights, precision: str, device: str = "cpu") -> bool:
-    """Before anything imports TVM: where this request has an index entry, import TVM without torch and say so
-    (True). tvm_ffi imports torch when it is imported (to convert torch tensors and share CUDA streams, which
-    a ready start never does): 1.6 s and 340 MB of a start that needs neither. While TVM is imported `import
+    """Before anything imports TVM: where this request has an index entry, load TVM's runtime without torch and say
+    so (True). tvm_ffi imports torch when it is imported (to convert torch tensors and share CUDA streams, which
+    a ready start never does): 1.6 s and 340 MB of a start that needs neither. While the runtime loads `import
     torch` fails for it, and torch imports as usual afterwards; a process that has either loaded already, or no
     entry, changes nothing (False)."""
-    if "tvm" in sys.modules or "torch" in sys.modules or not _entry(request_key(weights, precision, device)).is_file():
+    if "tvm_ffi" in sys.modules or "torch" in sys.modules or not indexed(weights, precision, device):
         return False
     sys.modules["torch"] = None  # the import system's "not importable" mark
     try:
-        import tvm  # noqa: F401
+        load_runtime()
     finally:
         if "torch" in sys.modules and sys.modules["torch"] is None:
             del sys.modules["torch"]

@@ -1,4 +1,7 @@
-"""The Relax VM with numpy in and numpy out: the one place that runs compiled code. Never imports torch.
+"""The Relax VM with numpy in and numpy out: the one place that runs compiled code. Never imports torch, and on the
+CPU not the `tvm` package either: TVM's runtime library through tvm_ffi runs a cached build. `import tvm` brings
+the compiler too (libtvm_compiler.so, with LLVM), which running never uses: 147 MB resident and about a second of
+every start (`load_runtime`).
 
 - `VMRunner`: an executable (fresh from the compiler) or a loaded library, on one device, with optional
   parameters appended to every call (after a one-off weight transform, if the build lifted one).
@@ -8,8 +11,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import importlib.machinery
 import logging
 from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -18,6 +26,39 @@ from kokoro_tvm.machine import amx_tiles
 from kokoro_tvm.runtime.devices import use_every_cpu
 
 log = logging.getLogger(__name__)
+
+POOLED_ALLOCATOR = 2  # the VM's allocator kind (TVM's VirtualMachine default)
+
+
+@functools.cache
+def load_runtime() -> SimpleNamespace:
+    """tvm_ffi, TVM's runtime library (loaded as `import tvm` loads it, for its symbols to be global) and the tensor
+    functions the runner needs from it. Where `tvm` is imported already, its library is the one loaded."""
+    import tvm_ffi
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    # where the package is, found on sys.path without importing it (nor asking sys.modules)
+    folder = Path(importlib.machinery.PathFinder.find_spec("tvm").origin).parent / "lib"
+    load_lib_ctypes("tvm", "tvm_runtime", "RTLD_GLOBAL", extra_lib_paths=[folder])
+    get = tvm_ffi.get_global_func
+    return SimpleNamespace(
+        ffi=tvm_ffi,
+        alloc=get("runtime.TVMTensorAllocWithScope"),
+        copy_from=get("runtime.TVMTensorCopyFromBytes"),
+    )
+
+
+def _device(name: str):
+    """The device `name`, index 0; a GPU's runtime library comes with `import tvm`, which loads every one there is."""
+    if name != "cpu":
+        import tvm  # noqa: F401
+
+    return load_runtime().ffi.device(name, 0)
+
+
+def _host(tensor) -> np.ndarray:
+    """A VM result as a numpy array of its own (tvm's Tensor where `tvm` is imported, else through DLPack)."""
+    return tensor.numpy() if hasattr(tensor, "numpy") else np.from_dlpack(tensor).copy()
 
 
 class VMRunner:
@@ -32,19 +73,21 @@ class VMRunner:
         function: str = "main",
         order: Sequence[int] | None = None,
     ):
-        import tvm
-
         use_every_cpu()
-        self.device = tvm.device(device, 0)
+        runtime = load_runtime()
+        self.device = _device(device)
         self.function = function
-        self.vm = tvm.relax.VirtualMachine(executable, self.device)
-        self._tensor, self._shape = tvm.runtime.tensor, tvm.runtime.ShapeTuple
+        module = executable if isinstance(executable, runtime.ffi.Module) else executable.jit()
+        self.vm = module["vm_load_executable"]()
+        devices = [self.device] + ([runtime.ffi.device("cpu", 0)] if device != "cpu" else [])  # shapes: on the CPU
+        self.vm["vm_initialization"](*[v for d in devices for v in (d.dlpack_device_type(), d.index, POOLED_ALLOCATOR)])
+        self._shape = runtime.ffi.Shape
         # one parameter at a time, each host copy dropped once it is on the device (where the caller handed over
         # its list): the peak is one model's parameters plus one array, not two models' (the decoder: 216 MB)
         params = params if isinstance(params, list) else list(params)
         self.params = []
         for i in range(len(params)):
-            self.params.append(self._tensor(np.ascontiguousarray(params[i]), device=self.device))
+            self.params.append(self.tensor(params[i]))
             params[i] = None
         if order is not None:  # one array for several inputs (kept by an earlier load): one tensor, shared
             self.params = [self.params[i] for i in order]
@@ -52,13 +95,18 @@ class VMRunner:
             lifted = self.vm[transform_params](self.params)
             self.params = [lifted[i] for i in range(len(lifted))]
 
+    def tensor(self, array: np.ndarray):
+        """`array` copied into a tensor of the runtime's own (aligned as compiled code expects) on the device."""
+        array = np.ascontiguousarray(array)
+        runtime = load_runtime()
+        tensor = runtime.alloc(runtime.ffi.Shape(array.shape), runtime.ffi.dtype(str(array.dtype)), self.device, None)
+        runtime.copy_from(tensor, array.ctypes.data_as(ctypes.c_void_p), array.nbytes)
+        return tensor
+
     def device_inputs(self, *inputs: np.ndarray) -> list:
         """`inputs` copied to the device once (for timing the VM alone: `run_on_device`); a shape argument
         (`shape`) passes through."""
-        return [
-            x if isinstance(x, self._shape) else self._tensor(np.ascontiguousarray(x), device=self.device)
-            for x in inputs
-        ]
+        return [x if isinstance(x, self._shape) else self.tensor(x) for x in inputs]
 
     def shape(self, *dims: int):
         """A shape argument (a symbolic-length build's `tiles` input: kokoro_tvm.compiler.symbolic)."""
@@ -70,17 +118,15 @@ class VMRunner:
 
     def __call__(self, *inputs: np.ndarray) -> tuple[np.ndarray, ...]:
         out = self.run_on_device(*self.device_inputs(*inputs))
-        if hasattr(out, "numpy"):
-            return (out.numpy(),)
-        return tuple(out[i].numpy() for i in range(len(out)))
+        if isinstance(out, load_runtime().ffi.Tensor):
+            return (_host(out),)
+        return tuple(_host(out[i]) for i in range(len(out)))
 
 
 class ComponentRunner(VMRunner):
     """One loaded artifact: its library on `device`, its parameters appended to every call."""
 
     def __init__(self, artifact: Artifact, device: str = "cpu"):
-        import tvm
-
         self.artifact = artifact
         if artifact.manifest["key"].get("amx_kernel") and not amx_tiles():
             # its tile instructions would be SIGILL without the kernel's grant (kokoro_tvm.machine.amx_tiles)
@@ -89,7 +135,7 @@ class ComponentRunner(VMRunner):
                 "kernel refused the tile state): rebuild here (the build then uses AVX-512 kernels)"
             )
         try:
-            library = tvm.runtime.load_module(str(artifact.library))
+            library = load_runtime().ffi.load_module(str(artifact.library))
         except Exception as exc:  # TVM raises its own error types for unreadable libraries
             raise ArtifactError(f"cannot load compiled library {artifact.library}: {exc}") from exc
         params = artifact.runtime_params()  # the transform's results where an earlier load kept them

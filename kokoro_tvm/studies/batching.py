@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.compiled import compiled_kokoro
 from kokoro_tvm.compiler.symbolic import tile_count
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.evaluation.backends import pick_sentences
@@ -88,7 +89,6 @@ def _row(batch: int, found: list, audio_s: float, padding: float) -> dict:
 
 
 def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: int = 3, voice: str = "af_heart"):
-    from kokoro_tvm.compiled import compiled_kokoro
     from kokoro_tvm.weights.resolve import load_kmodel
 
     model, info = load_kmodel()

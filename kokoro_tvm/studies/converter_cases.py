@@ -9,6 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from kokoro_tvm.compiled import compile_and_load
 from kokoro_tvm.reference.pt_dynamic import default_dtype
 
 
@@ -23,7 +24,6 @@ class Lambda(torch.nn.Module):
 
 def _run_with_table(module: torch.nn.Module, *inputs: torch.Tensor) -> np.ndarray:
     """Export under the inputs' dtype, import with our converter table, build with TVM's default pipeline, run."""
-    from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.converters import to_relax
 
     with default_dtype(inputs[0].dtype):

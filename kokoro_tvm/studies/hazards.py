@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.export import Dim
 
+from kokoro_tvm.compiled import compile_and_load
 from kokoro_tvm.reference.pt_dynamic import default_dtype
 from kokoro_tvm.studies.converter_cases import Lambda
 
@@ -41,8 +42,6 @@ def _stock_build(module: torch.nn.Module, inputs: tuple, dynamic_shapes=None):
     """Plain export -> stock importer -> TVM's default pipeline for llvm -> VM. Returns a callable on numpy
     inputs that gives the first output."""
     from tvm.relax.frontend.torch import from_exported_program
-
-    from kokoro_tvm.compiled import compile_and_load
 
     ep = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
     runner = compile_and_load(from_exported_program(ep), stock=True)

@@ -27,6 +27,7 @@ import sys
 import numpy as np
 import torch
 
+from kokoro_tvm.compiled import compiled_kokoro
 from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.corpus import load_sentences
@@ -179,7 +180,6 @@ def precision_comparison(
     """(rows, audio): each text spoken by pt.dynamic fp32 and by TVM's symbolic builds at each precision (same
     seeded noise); one row per (text, precision) with the per-stage relative L2, durations equal, and the audio
     metrics against pt.dynamic fp32; audio as {text index: {"pt_dynamic" | "tvm_<precision>": array}}."""
-    from kokoro_tvm.compiled import compiled_kokoro
     from kokoro_tvm.evaluation.metrics import audio_metrics, stage_errors
 
     runtimes = {p: compiled_kokoro(model, weights_fingerprint, p, buckets=parse_buckets("dynamic")) for p in precisions}

@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from kokoro_tvm.compiled import compiled_kokoro
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.evaluation.backends import pick_sentences
 from kokoro_tvm.evaluation.metrics import pesq_wb, word_error_rate
@@ -73,7 +74,6 @@ def main(argv=None) -> int:
     """`python -m kokoro_tvm.studies.streaming [--sentences N] [--precision P]`: notebook 07's pick of N corpus
     sentences as paragraphs of four, streamed against whole on TVM's symbolic-length build; one JSON record."""
 
-    from kokoro_tvm.compiled import compiled_kokoro
     from kokoro_tvm.weights.resolve import load_kmodel
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

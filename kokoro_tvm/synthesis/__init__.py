@@ -89,7 +89,7 @@ class _Request:
         """The request `synthesize`'s arguments (in its order) make."""
         speed, noise = check_speed(speed), noise_source(noise)
         if isinstance(backend, str):
-            check_backend(backend, device, precision)
+            check_backend(backend, device, precision, weights)
         language = language or language_of(voice) or DEFAULT_LANGUAGE
         unspoken: tuple[str, ...] = ()
         if text is not None:

@@ -8,9 +8,11 @@ import logging
 
 import numpy as np
 
+from kokoro_tvm.compiled import READY, check_device, check_precision, ready_or_built, ready_start, resolve_precision
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.text import Chunk
 from kokoro_tvm.reference.noise import NoiseSource
+from kokoro_tvm.runtime import ready
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.runtime.kokoro import Utterance
 
@@ -61,14 +63,18 @@ class TVMBackend:
         (kokoro_tvm.runtime.ready) without torch when they are cached; otherwise the weights load, the five builds
         are found or built (with a progress bar) and the index is written. `batch` > 1 (`speak_many`): the builds
         for that batch are found or built on first use, which needs the weights (the ready index holds batch 1)."""
-        from kokoro_tvm.compiled import check_device, check_precision, ready_or_built, resolve_precision
 
         asked = precision
+        bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
+        found = ready_start(weights, asked, bucket_set, device, batch)  # cached builds: no torch, no TVM compiler
+        if found is not None:
+            compiled, info, precision, choice = found
+            log.info("tvm backend, %s (%s): %s", precision, choice, READY)
+            return cls(compiled, info, precision, choice, READY)
         precision, choice = resolve_precision(precision, device)
         dtype = check_precision(precision, device).dtype  # so does a CPU without bf16 for a bf16 build
-        bucket_set = None if buckets == "exact" else parse_buckets(buckets)  # bad specs fail before any load
         check_device(device, dtype)  # and a missing device
-        compiled, info, started = ready_or_built(weights, precision, bucket_set, device, asked, batch)
+        compiled, info, started = ready_or_built(weights, precision, bucket_set, device, asked, batch, choice)
         log.info("tvm backend, %s (%s): %s", precision, choice, started)
         return cls(compiled, info, precision, choice, started)
 
@@ -101,7 +107,7 @@ class TVMBackend:
         return [(stages.audio, stages.durations) for stages in spoken]
 
 
-def check_backend(name: str, device: str = "cpu", precision: str = "fp32") -> None:
+def check_backend(name: str, device: str = "cpu", precision: str = "fp32", weights=None) -> None:
     """The backend's options hold together and its device exists, else one clear error, before the G2P (misaki
     and spaCy load for several seconds) and before any weights: `say Hi. --device cuda` fails in 1.1 s, not 8 s."""
     if name not in BACKENDS:
@@ -110,9 +116,7 @@ def check_backend(name: str, device: str = "cpu", precision: str = "fp32") -> No
         raise InputError(f"--device {device} applies to the tvm backend only (the {name} backend runs on the CPU)")
     if name != "tvm" and precision not in ("fp32", "auto"):
         raise InputError(f"--precision {precision} applies to the tvm backend only (the {name} backend is fp32)")
-    if name == "tvm":
-        from kokoro_tvm.compiled import check_device, check_precision, resolve_precision
-
+    if name == "tvm" and not ready.indexed(weights, precision, device):  # an entry: checked when it was written
         chosen = check_precision(resolve_precision(precision, device)[0], device)  # a CPU without bf16 for bf16
         check_device(device, chosen.dtype)
 

@@ -54,7 +54,7 @@ def synthesize_batch(
     if not isinstance(batch, int) or batch < 1:
         raise InputError(f"the batch size must be a positive whole number, got {batch!r}")
     if isinstance(backend, str):
-        check_backend(backend, device, precision)
+        check_backend(backend, device, precision, weights)
     requests = []
     for place, (text, voice) in enumerate(zip(texts, voices, strict=True), start=1):
         try:
