@@ -291,9 +291,9 @@ def conv_rates(
             calls.setdefault(name, [kind, []])[1].append(2 * o * c * k * t)
         return int(tvm.relax.VMInstrumentReturnKind.NO_OP)
 
-    runner.vm.set_instrument(instrument)
+    runner.set_instrument(instrument)
     runner.run_on_device(*tensors)
-    runner.vm.set_instrument(lambda *args: int(tvm.relax.VMInstrumentReturnKind.NO_OP))
+    runner.set_instrument(lambda *args: int(tvm.relax.VMInstrumentReturnKind.NO_OP))
     seconds = kernel_seconds(runner, tensors, runs)
     record = {"component": component, "length": length, "precision": precision, "threads": threads, "runs": runs}
     rates, functions = _rates(calls, seconds, peaks)

@@ -31,13 +31,13 @@ def kernel_seconds(runner, tensors, runs: int = 3) -> dict[str, float]:
             per_run[-1][name] += time.perf_counter() - clock.pop()
         return int(tvm.relax.VMInstrumentReturnKind.NO_OP)
 
-    runner.vm["set_instrument"](instrument)
+    runner.set_instrument(instrument)
     try:
         for _ in range(runs + 1):
             per_run.append(defaultdict(float))
             runner.run_on_device(*tensors)
     finally:
-        runner.vm["set_instrument"](lambda *args: int(tvm.relax.VMInstrumentReturnKind.NO_OP))
+        runner.set_instrument(lambda *args: int(tvm.relax.VMInstrumentReturnKind.NO_OP))
     per_run = per_run[1:]  # the warm-up call is not counted
     names = set().union(*per_run)
     medians = {name: statistics.median(run.get(name, 0.0) for run in per_run) for name in names}

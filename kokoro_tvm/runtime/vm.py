@@ -112,6 +112,11 @@ class VMRunner:
         """A shape argument (a symbolic-length build's `tiles` input: kokoro_tvm.compiler.symbolic)."""
         return self._shape([int(d) for d in dims])
 
+    def set_instrument(self, instrument) -> None:
+        """Call `instrument(func, name, before, ret, *args)` around every call the VM makes (TVM's VM
+        instrument; it returns 0 to go on): how kernel profiles (runtime.profile) see each function."""
+        self.vm["set_instrument"](load_runtime().ffi.convert(instrument))
+
     def run_on_device(self, *tensors):
         """One call on inputs already on the device; the VM's own result (no copy back)."""
         return self.vm[self.function](*tensors, *self.params)
