@@ -59,13 +59,20 @@ def test_the_first_load_keeps_the_transform_results_and_later_loads_read_them(al
         np.testing.assert_array_equal(g, e)  # the same arrays in: the same bits out
 
 
-@pytest.mark.parametrize("damage", ["truncated", "another library"])
+@pytest.mark.parametrize("damage", ["truncated", "a flipped bit", "another library"])
 def test_kept_results_that_do_not_check_out_are_not_used_and_are_made_again(albert, damage, caplog):
     artifact, inputs = albert
     expected = ComponentRunner(artifact)(*inputs)
     kept = artifact.lifted_file.read_bytes()
     if damage == "truncated":
         artifact.lifted_file.write_bytes(kept[: len(kept) // 2])
+    elif damage == "a flipped bit":  # inside the largest array's bytes: only its zip member's CRC-32 can tell
+        with np.load(artifact.lifted_file) as npz:
+            largest = max((npz[name] for name in npz.files if name != "__state__"), key=lambda a: a.nbytes)
+        middle = largest.tobytes()[largest.nbytes // 2 :][:16]
+        at = kept.index(middle)
+        assert kept.count(middle) == 1, "the flipped byte must be in this array and no other"
+        artifact.lifted_file.write_bytes(kept[:at] + bytes([kept[at] ^ 1]) + kept[at + 1 :])
     else:  # the library rebuilt: the kept file names the old one's hash
         manifest = json.loads((artifact.library.parent / "manifest.json").read_text())
         manifest["library_sha256"] = "0" * 64
