@@ -27,11 +27,16 @@ def _compiled(kind, out_channels, in_channels, taps, dilation, target):
 @pytest.mark.parametrize("name", ["bf16", "int8"])
 def test_the_kernel_is_tile_instructions_on_any_x86_machine(name):
     """Compiled for Sapphire Rapids wherever the tests run: the assembly has the tile multiply of its kind, one
-    per (tap, channel block, row tile), the tile loads and stores, and LLVM's own tile configuration."""
+    per (tap, channel block, row tile) in the block kernel and as many in the tail kernel (8-column C and B tiles:
+    32-byte rows), the tile loads and stores, and LLVM's own tile configuration."""
     kind, taps, channels = amx.KINDS[name], 3, 128
-    ir = amx.kernel_ir(kind, 64, channels, taps, 2, amx.COL_TILES)
-    multiplies = ir.count(f"@llvm.x86.{kind.instruction}.internal(")
-    assert multiplies == taps * (channels // kind.block_channels) * 2 * amx.COL_TILES
+    multiplies = 0
+    for columns in (amx.TILE_ROWS, amx.TAIL_COLUMNS):
+        ir = amx.kernel_ir(kind, 64, channels, taps, 2, amx.COL_TILES, columns)
+        calls = [line for line in ir.splitlines() if f"@llvm.x86.{kind.instruction}.internal(" in line]
+        assert len(calls) == taps * (channels // kind.block_channels) * 2 * amx.COL_TILES
+        assert all(f"(i16 16, i16 {columns * 4}, i16 64," in line for line in calls)  # M rows, N bytes, K bytes
+        multiplies += len(calls)
     library = _compiled(kind, 64, channels, taps, 2, tvm.target.Target(SAPPHIRE_RAPIDS))
     assembly = library.mod.inspect_source("asm")
     assert assembly.count(kind.instruction) == multiplies
@@ -55,7 +60,7 @@ def test_every_kernel_computes_the_conv(name, out_channels, in_channels, taps, d
     kind = amx.KINDS[name]
     library = _compiled(kind, out_channels, in_channels, taps, dilation, tvm.target.Target(host_target()))
     rng = np.random.default_rng(0)
-    for length in (16, 48, 160):  # one build, any whole number of column tiles
+    for length in (8, 16, 40, 48, 168):  # one build, any whole number of 8-column tails (the last 8: tail kernel)
         padded = length + (taps - 1) * dilation + 5  # more columns than the taps read: they must not matter
         if name == "bf16":
             x = (rng.standard_normal((in_channels, padded)).astype(np.float32).view(np.uint32) >> 16).astype("uint16")

@@ -34,6 +34,9 @@ from kokoro_tvm.compiler.sizes import divides
 TILE_ROWS = 16
 TILE_BYTES = 64  # a tile row: 16 float32 / int32 outputs, 32 bf16 or 64 int8 operands
 BLOCK_ROWS = 32  # output channels per kernel call: two A tiles
+# Columns of the tail kernel's C and B tiles (a tile may be narrower than 64 bytes): the last 8 columns of a length
+# that is whole 8-step tiles (kokoro_tvm.components.LENGTH_TILE) but not whole 16-column blocks
+TAIL_COLUMNS = 8
 FEATURES = '"target-features"="+amx-tile,+amx-bf16,+amx-int8,+avx512f"'
 
 
@@ -67,15 +70,27 @@ def shape_fits(kind: AmxKind, out_channels: int, in_channels: int) -> bool:
     return out_channels % BLOCK_ROWS == 0 and in_channels % kind.block_channels == 0
 
 
-def kernel_name(kind: AmxKind, out_channels: int, in_channels: int, taps: int, dilation: int, col_tiles: int) -> str:
-    return f"kokoro_amx_{kind.name}_o{out_channels}_c{in_channels}_k{taps}_d{dilation}_j{col_tiles}"
+def kernel_name(
+    kind: AmxKind, out_channels: int, in_channels: int, taps: int, dilation: int, col_tiles: int, columns: int
+) -> str:
+    return f"kokoro_amx_{kind.name}_o{out_channels}_c{in_channels}_k{taps}_d{dilation}_j{col_tiles}_n{columns}"
 
 
-def kernel_ir(kind: AmxKind, out_channels: int, in_channels: int, taps: int, dilation: int, col_tiles: int) -> str:
+def kernel_ir(
+    kind: AmxKind,
+    out_channels: int,
+    in_channels: int,
+    taps: int,
+    dilation: int,
+    col_tiles: int,
+    columns: int = TILE_ROWS,
+) -> str:
     """The LLVM IR of one output block's kernel: `name(out, out_stride, x, x_stride, w)` (byte strides), out at
     the block's first output, x at its first column (channel 0), w at the block's first output channel of the
-    weights laid out [tap, channel block, out channel, block channels]."""
-    name = kernel_name(kind, out_channels, in_channels, taps, dilation, col_tiles)
+    weights laid out [tap, channel block, out channel, block channels]. `columns` per C and B tile: 16, or
+    TAIL_COLUMNS for the last columns of a length that is not whole 16-column tiles."""
+    name = kernel_name(kind, out_channels, in_channels, taps, dilation, col_tiles, columns)
+    width = columns * 4  # bytes of a C tile row (float32 / int32 outputs) and of a B tile row
     blocks = in_channels // kind.block_channels
     tile = "x86_amx"
     lines = [f"define i32 @{name}(ptr %out, i64 %os, ptr %x, i64 %xs, ptr %w) #0 {{"]
@@ -88,7 +103,7 @@ def kernel_ir(kind: AmxKind, out_channels: int, in_channels: int, taps: int, dil
     for h in range(2):
         for j in range(col_tiles):
             c[h, j] = value()
-            lines.append(f"  {c[h, j]} = call {tile} @llvm.x86.tilezero.internal(i16 16, i16 64)")
+            lines.append(f"  {c[h, j]} = call {tile} @llvm.x86.tilezero.internal(i16 16, i16 {width})")
     for cb in range(blocks):
         row = value()
         lines.append(f"  {row} = mul i64 %xs, {cb * TILE_ROWS}")
@@ -104,17 +119,18 @@ def kernel_ir(kind: AmxKind, out_channels: int, in_channels: int, taps: int, dil
                 )
             for j in range(col_tiles):
                 offset, pointer = value(), value()
-                lines.append(f"  {offset} = add i64 {row}, {(TILE_ROWS * j + k * dilation) * 4}")
+                lines.append(f"  {offset} = add i64 {row}, {(columns * j + k * dilation) * 4}")
                 lines.append(f"  {pointer} = getelementptr i8, ptr %x, i64 {offset}")
                 b.append(value())
                 lines.append(
-                    f"  {b[j]} = call {tile} @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr {pointer}, i64 %xs)"
+                    f"  {b[j]} = call {tile} @llvm.x86.tileloadd64.internal(i16 16, i16 {width}, ptr {pointer}, "
+                    "i64 %xs)"
                 )
             for h in range(2):
                 for j in range(col_tiles):
                     updated = value()
                     lines.append(
-                        f"  {updated} = call {tile} @llvm.x86.{kind.instruction}.internal(i16 16, i16 64, i16 64, "
+                        f"  {updated} = call {tile} @llvm.x86.{kind.instruction}.internal(i16 16, i16 {width}, i16 64, "
                         f"{tile} {c[h, j]}, {tile} {a[h]}, {tile} {b[j]})"
                     )
                     c[h, j] = updated
@@ -123,10 +139,11 @@ def kernel_ir(kind: AmxKind, out_channels: int, in_channels: int, taps: int, dil
         lines.append(f"  {row} = mul i64 %os, {TILE_ROWS * h}")
         for j in range(col_tiles):
             offset, pointer = value(), value()
-            lines.append(f"  {offset} = add i64 {row}, {TILE_ROWS * j * 4}")
+            lines.append(f"  {offset} = add i64 {row}, {columns * j * 4}")
             lines.append(f"  {pointer} = getelementptr i8, ptr %out, i64 {offset}")
             lines.append(
-                f"  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr {pointer}, i64 %os, {tile} {c[h, j]})"
+                f"  call void @llvm.x86.tilestored64.internal(i16 16, i16 {width}, ptr {pointer}, i64 %os, "
+                f"{tile} {c[h, j]})"
             )
     lines += ["  ret i32 0", "}"]
     return "\n".join(lines) + "\n"
@@ -160,14 +177,26 @@ def main(xq: T.handle, wq: T.handle, out: T.handle):
             T.address_of(X[0, 0, block // T.int64({row_blocks}) * T.int64({cols}), 0]),
             padded * T.int64(4),
             T.address_of(W[0, 0, block % T.int64({row_blocks}) * T.int64(32), 0])))
+    if length % T.int64({cols}) != T.int64(0):  # the last {tail} columns: length is whole {tail}-column tiles
+        for block in T.parallel(T.int64({row_blocks})):
+            T.evaluate(T.call_extern("int32", "{tail_name}",
+                T.address_of(Y[0, block * T.int64(32), length - T.int64({tail})]),
+                length * T.int64(4),
+                T.address_of(X[0, 0, length - T.int64({tail}), 0]),
+                padded * T.int64(4),
+                T.address_of(W[0, 0, block * T.int64(32), 0])))
 """
 
 
 def conv_function(kind: AmxKind, out_channels: int, in_channels: int, taps: int, dilation: int, col_tiles: int):
     """The TIR function `(xq [1, C / g, padded, g], wq [taps, C / B, O, B], out [1, O, length])` that runs the
-    block kernel over every 32 x (16 col_tiles) block of `out` in parallel, the kernel's IR imported; `length`
-    must be a multiple of 16 col_tiles and xq at least length + (taps - 1) dilation columns long."""
-    name = kernel_name(kind, out_channels, in_channels, taps, dilation, col_tiles)
+    block kernel over every 32 x (16 col_tiles) block of `out` in parallel, then the tail kernel over the last
+    TAIL_COLUMNS columns where `length` is not whole blocks (it must be whole tails: `usable`), the kernels' IR
+    imported; xq at least length + (taps - 1) dilation columns long."""
+    if col_tiles != 1:
+        raise ValueError("the tail kernel follows single-column-tile blocks only")
+    name = kernel_name(kind, out_channels, in_channels, taps, dilation, col_tiles, TILE_ROWS)
+    tail_name = kernel_name(kind, out_channels, in_channels, taps, dilation, 1, TAIL_COLUMNS)
     source = _SOURCE.format(
         groups=in_channels // kind.group,
         group=kind.group,
@@ -181,14 +210,21 @@ def conv_function(kind: AmxKind, out_channels: int, in_channels: int, taps: int,
         row_blocks=out_channels // BLOCK_ROWS,
         cols=TILE_ROWS * col_tiles,
         name=name,
+        tail=TAIL_COLUMNS,
+        tail_name=tail_name,
     )
     func = from_source(source, extra_vars={"T": T})
-    ir = kernel_ir(kind, out_channels, in_channels, taps, dilation, col_tiles) + DECLARATIONS
+    ir = (
+        kernel_ir(kind, out_channels, in_channels, taps, dilation, col_tiles)
+        + kernel_ir(kind, out_channels, in_channels, taps, dilation, 1, TAIL_COLUMNS)
+        + DECLARATIONS
+    )
     return func.with_body(tirx.AttrStmt(0, "pragma_import_llvm", tvm.ir.StringImm(ir), func.body))
 
 
 # Bump when an AMX kernel changes what it computes or how (part of the keys of builds that use one).
-KERNEL_VERSION = 1
+# 2: lengths of whole 8-column tails (a symbolic length's tile), not only whole 16-column tiles.
+KERNEL_VERSION = 2
 # One column tile per call (32 x 16 outputs, five tile registers): two column tiles (32 x 32, all eight) ran at
 # half the rate (9.9 against 4.6 ms for int8 128 x 128 channels, k11, 30,752 steps; 2 threads, Emerald Rapids):
 # with every register taken, LLVM spills tiles to the stack.
@@ -198,10 +234,10 @@ MARK = "amx_conv1d"  # in every AMX conv function's name
 
 def usable(kind: AmxKind, out_channels: int, in_channels: int, length, batch) -> bool:
     """Whether a conv of this shape can run on the tile kernel: whole 32-row output blocks, whole channel
-    blocks, a length of whole column tiles, batch 1 (the symbolic builds')."""
+    blocks, a length of whole tails (so a symbolic length's 8-step tiles too), batch 1 (the symbolic builds')."""
     return (
         shape_fits(kind, out_channels, in_channels)
-        and divides(TILE_ROWS * COL_TILES, length)
+        and divides(TAIL_COLUMNS, length)
         and isinstance(batch, int | tirx.IntImm)
         and int(batch) == 1
     )
