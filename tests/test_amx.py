@@ -96,13 +96,18 @@ def _conv(out_channels=64, in_channels=64, taps=3, length=64):
 
 @needs_tiles
 @pytest.mark.parametrize(
-    ("rewrite", "key"), [(Bf16Convolutions, "uint16xuint16:64:32x3x2"), (Int8Convolutions, "int8xuint8:64:16x3x4")]
+    ("rewrite", "key", "in_channels"),
+    [
+        (Bf16Convolutions, "uint16xuint16:64:32x3x2", 64),
+        (Bf16Convolutions, "uint16xuint16:64:21x3x2", 42),  # bf16 pads to whole 32-channel blocks: 42 -> 64
+        (Int8Convolutions, "int8xuint8:64:16x3x4", 64),
+    ],
 )
-def test_the_rewrite_takes_the_tiles_where_the_record_says_and_computes_the_same(rewrite, key):
-    mod = _conv()
+def test_the_rewrite_takes_the_tiles_where_the_record_says_and_computes_the_same(rewrite, key, in_channels):
+    mod = _conv(in_channels=in_channels)
     rng = np.random.default_rng(1)
-    x = rng.standard_normal((1, 64, 64)).astype(np.float32)
-    w = (rng.standard_normal((64, 64, 3)) * 0.1).astype(np.float32)
+    x = rng.standard_normal((1, in_channels, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, in_channels, 3)) * 0.1).astype(np.float32)
     outputs = {}
     for kernel in (tuning.AMX, tuning.AVX512):
         with tuning.using(tuning.TuningRecord(cpu_identity(), packed={key: kernel})):

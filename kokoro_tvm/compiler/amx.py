@@ -49,6 +49,7 @@ class AmxKind:
     accumulator: str
     instruction: str  # LLVM's intrinsic, without the prefix
     flag: str  # /proc/cpuinfo's
+    pads_channels: bool  # its emitter zero-pads the input channels to whole channel blocks (`channels_for`)
 
     @property
     def block_channels(self) -> int:
@@ -61,13 +62,22 @@ class AmxKind:
 
 
 KINDS = {
-    "bf16": AmxKind("bf16", 2, "uint16", "uint16", "float32", "tdpbf16ps", "amx_bf16"),
-    "int8": AmxKind("int8", 4, "uint8", "int8", "int32", "tdpbsud", "amx_int8"),  # signed A (weights) x unsigned B
+    "bf16": AmxKind("bf16", 2, "uint16", "uint16", "float32", "tdpbf16ps", "amx_bf16", True),
+    # signed A (weights) x unsigned B; int8's per-call weights and zero-point sums are not padded
+    "int8": AmxKind("int8", 4, "uint8", "int8", "int32", "tdpbsud", "amx_int8", False),
 }
 
 
+def channels_for(kind: AmxKind, in_channels: int) -> int:
+    """The input channels the tile kernel runs for a conv of `in_channels`: whole channel blocks, the last one
+    zero-padded where the kind's emitter pads (bf16: the decoder's 1090 -> 1120, 514 -> 544), else as they are."""
+    if not kind.pads_channels:
+        return in_channels
+    return -(-in_channels // kind.block_channels) * kind.block_channels
+
+
 def shape_fits(kind: AmxKind, out_channels: int, in_channels: int) -> bool:
-    return out_channels % BLOCK_ROWS == 0 and in_channels % kind.block_channels == 0
+    return out_channels % BLOCK_ROWS == 0 and channels_for(kind, in_channels) % kind.block_channels == 0
 
 
 def kernel_name(
@@ -234,7 +244,8 @@ MARK = "amx_conv1d"  # in every AMX conv function's name
 
 def usable(kind: AmxKind, out_channels: int, in_channels: int, length, batch) -> bool:
     """Whether a conv of this shape can run on the tile kernel: whole 32-row output blocks, whole channel
-    blocks, a length of whole tails (so a symbolic length's 8-step tiles too), batch 1 (the symbolic builds')."""
+    blocks (after `channels_for`'s padding), a length of whole tails (so a symbolic length's 8-step tiles too),
+    batch 1 (the symbolic builds')."""
     return (
         shape_fits(kind, out_channels, in_channels)
         and divides(TAIL_COLUMNS, length)

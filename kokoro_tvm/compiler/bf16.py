@@ -154,22 +154,26 @@ def register_intrinsic(lanes: int = LANES) -> str:
 # --- the Relax rewrite -----------------------------------------------------------------------------------------
 
 
-def _pack_activation(x: te.Tensor, left: int, right: int) -> te.Tensor:
-    """x [n, c, t] float32 -> [n, c/2, left + t + right] uint32 words, each the bf16 bits of channel 2 c2 (low
-    half: first in memory) and 2 c2 + 1 (high half), zeros in the padding. Viewed as uint16 [.., 2] this is the
+def _pack_activation(x: te.Tensor, left: int, right: int, channels: int | None = None) -> te.Tensor:
+    """x [n, c, t] float32 -> [n, channels/2, left + t + right] uint32 words, each the bf16 bits of channel 2 c2
+    (low half: first in memory) and 2 c2 + 1 (high half), zeros in the padding (and in the channels past c, where
+    `channels` asks for more: the AMX kernel's whole channel blocks). Viewed as uint16 [.., 2] this is the
     kernel's pair-interleaved layout; written as words, both reads and the write run along time, so the loop
     vectorizes (an innermost pair axis of extent 2 did not: the packing cost the decoder 0.2 s at 160 frames)."""
     n, c, t = x.shape
+    channels = int(c) if channels is None else channels
 
     def bits(b, channel, s):
         inside = tirx.all(s >= left, s < t + left)
+        if channels != int(c):  # channels past c read as zeros (the read itself kept in bounds)
+            inside, channel = tirx.all(inside, channel < c), tirx.min(channel, c - 1)
         value = tirx.if_then_else(inside, x[b, channel, s - left], tirx.const(0.0, "float32"))
         return to_bf16_bits(value).astype("uint32")
 
     def pack(b, c2, s):
         return tirx.bitwise_or(bits(b, c2 * 2, s), tirx.shift_left(bits(b, c2 * 2 + 1, s), tirx.const(16, "uint32")))
 
-    return te.compute((n, c // 2, t + left + right), pack, name="bf16_pack_x")
+    return te.compute((n, channels // 2, t + left + right), pack, name="bf16_pack_x")
 
 
 def _pack_weights(w: te.Tensor) -> te.Tensor:
@@ -199,24 +203,31 @@ def _emit(builder, x, w, left: int, right: int, dilation: int, tail: int):
     return builder.emit_te(_conv, xq, wq, dilation, tail, primfunc_name_hint="bf16_conv1d")
 
 
-def _amx_weights(w: te.Tensor) -> te.Tensor:
-    """w [o, c, k] float32 -> [k, c / 32, o, 32] bf16 bits: the AMX kernel's A tiles (kokoro_tvm.compiler.amx)."""
+def _amx_weights(w: te.Tensor, channels: int) -> te.Tensor:
+    """w [o, c, k] float32 -> [k, channels / 32, o, 32] bf16 bits: the AMX kernel's A tiles (kokoro_tvm.compiler
+    .amx), zeros for the channels past c."""
     o, c, k = w.shape
     block = amx.KINDS["bf16"].block_channels
-    return te.compute(
-        (k, c // block, o, block), lambda j, cb, a, i: to_bf16_bits(w[a, cb * block + i, j]), name="amx_bf16_w"
-    )
+
+    def bits(j, cb, a, i):
+        channel = cb * block + i
+        value = w[a, tirx.min(channel, c - 1), j]
+        return to_bf16_bits(tirx.if_then_else(channel < c, value, tirx.const(0.0, "float32")))
+
+    return te.compute((k, channels // block, o, block), bits, name="amx_bf16_w")
 
 
 def _emit_amx(builder, x, w, left: int, right: int, dilation: int, tail: int):
-    """x packed as bf16 channel pairs (as `_emit`), w as AMX A tiles, the tile conv (kokoro_tvm.compiler.amx)."""
-    words = builder.emit_te(_pack_activation, x, left, right, primfunc_name_hint="bf16_pack_x")
+    """x packed as bf16 channel pairs (as `_emit`), w as AMX A tiles, the tile conv (kokoro_tvm.compiler.amx);
+    both zero-padded to whole channel blocks (`amx.channels_for`)."""
+    o, c, k = (int(d) for d in w.ty.shape)
+    channels = amx.channels_for(amx.KINDS["bf16"], c)
+    words = builder.emit_te(_pack_activation, x, left, right, channels, primfunc_name_hint="bf16_pack_x")
     n, half, padded = words.ty.shape
     xq = builder.emit(relax.op.memory.view(words, relax.ShapeExpr([n, half, padded, 2]), "uint16"))
-    wq = builder.emit_te(_amx_weights, w, primfunc_name_hint="amx_bf16_w")
-    o, c, k = (int(d) for d in w.ty.shape)
+    wq = builder.emit_te(_amx_weights, w, channels, primfunc_name_hint="amx_bf16_w")
     length = padded - dilation * (k - 1) - tail
-    return amx.emit_conv(builder, amx.KINDS["bf16"], xq, wq, o, c, k, dilation, length)
+    return amx.emit_conv(builder, amx.KINDS["bf16"], xq, wq, o, channels, k, dilation, length)
 
 
 KERNEL = packed.PackedKernel(group=2, emit=_emit, operands="uint16xuint16", amx="bf16", emit_amx=_emit_amx)

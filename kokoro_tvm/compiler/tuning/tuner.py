@@ -132,16 +132,17 @@ def measure_amx(result: ClassResult, target, calls: int = CALLS) -> float | None
     kind, length = amx.KINDS[name], result.work // (out_channels * in_channels * taps)
     if not amx.usable(kind, out_channels, in_channels, length, 1):
         return None
-    func = amx.conv_function(kind, out_channels, in_channels, taps, 1, amx.COL_TILES)
+    channels = amx.channels_for(kind, in_channels)  # whole channel blocks, as the build pads them
+    func = amx.conv_function(kind, out_channels, channels, taps, 1, amx.COL_TILES)
     label = f"{amx.MARK}_{name}"
     compiled = tvm.compile(
         tvm.IRModule({label: func.with_attr("global_symbol", label)}), target=tvm.target.Target(target)
     )
     rng = np.random.default_rng(0)
-    groups, block = in_channels // kind.group, kind.block_channels
+    groups, block = channels // kind.group, kind.block_channels
     args = [
         tvm.runtime.tensor(_random((1, groups, length + taps - 1, kind.group), kind.activation, rng)),
-        tvm.runtime.tensor(_random((taps, in_channels // block, out_channels, block), kind.weight, rng)),
+        tvm.runtime.tensor(_random((taps, channels // block, out_channels, block), kind.weight, rng)),
         tvm.runtime.tensor(np.zeros((1, out_channels, length), kind.accumulator)),
     ]
     return time_interleaved({"amx": compiled[label]}, args, calls)["amx"]
