@@ -144,6 +144,13 @@ def kernel_ir(
                         f"{tile} {c[h, j]}, {tile} {a[h]}, {tile} {b[j]})"
                     )
                     c[h, j] = updated
+    lines += _tile_stores(value, c, col_tiles, columns) + ["  ret i32 0", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _tile_stores(value, c: dict, col_tiles: int, columns: int) -> list[str]:
+    """The IR that stores a kernel's C tiles `c` ({(row tile, column tile): value}) at %out, rows %os bytes apart."""
+    lines = []
     for h in range(2):
         row = value()
         lines.append(f"  {row} = mul i64 %os, {TILE_ROWS * h}")
@@ -152,11 +159,10 @@ def kernel_ir(
             lines.append(f"  {offset} = add i64 {row}, {columns * j * 4}")
             lines.append(f"  {pointer} = getelementptr i8, ptr %out, i64 {offset}")
             lines.append(
-                f"  call void @llvm.x86.tilestored64.internal(i16 16, i16 {width}, ptr {pointer}, i64 %os, "
-                f"{tile} {c[h, j]})"
+                f"  call void @llvm.x86.tilestored64.internal(i16 16, i16 {columns * 4}, ptr {pointer}, i64 %os, "
+                f"x86_amx {c[h, j]})"
             )
-    lines += ["  ret i32 0", "}"]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 DECLARATIONS = f"""
