@@ -116,7 +116,10 @@ class Artifact:
             manifest = json.loads((folder / "manifest.json").read_text())
         except (OSError, json.JSONDecodeError) as exc:
             raise ArtifactError(f"{folder} is not a kokoro-tvm artifact: {exc}") from exc
-        return cls(folder / "component.so", Path(manifest["params_file"]), manifest)
+        # relative to the artifact's folder (a cache moved or mounted elsewhere still finds its parameters);
+        # an absolute path is what builds before that wrote
+        params = Path(os.path.normpath(folder / manifest["params_file"]))
+        return cls(folder / "component.so", params, manifest)
 
     @property
     def lifted_file(self) -> Path:

@@ -95,6 +95,33 @@ def test_cache_reuses_and_rebuilds_on_corruption(unit_cache, random_model64, cap
     assert other.library.parent != fixed.library.parent  # the weights are part of the key
 
 
+def test_a_moved_cache_finds_its_artifacts_without_rebuilding(
+    unit_cache, random_model64, tmp_path, monkeypatch, caplog
+):
+    """The manifest names its parameter file relative to the artifact's folder: a cache copied to another folder
+    (a new $KOKORO_TVM_CACHE, another mount) serves its builds as they are, where an absolute path sent every
+    component to a rebuild (minutes for the real model)."""
+    import shutil
+
+    spec = BuildSpec("text_encoder", 5, "float64")
+    built = build(random_model64, RANDOM_FINGERPRINT, spec)
+    moved = tmp_path / "moved"
+    for path in (built.library.parent, built.params):  # the artifact and its parameters, where they lay
+        place = moved / path.relative_to(unit_cache)
+        place.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            shutil.copytree(path, place)
+        else:
+            shutil.copy2(path, place)
+    monkeypatch.setenv("KOKORO_TVM_CACHE", str(moved))
+    with caplog.at_level("WARNING"):
+        found = build(lambda: pytest.fail("a moved cache rebuilt"), RANDOM_FINGERPRINT, spec)
+    assert found.library.is_relative_to(moved) and found.params.is_relative_to(moved), found
+    assert "rebuilding" not in caplog.text
+    arrays = found.load_params()
+    assert len(arrays) == len(built.param_names)
+
+
 def test_a_model_loader_is_called_only_to_build(unit_cache, random_model64):
     """`say --backend tvm` hands the builder a loader, not a KModel: with every artifact cached the model (kokoro,
     transformers, its weights: ~4 s) is never made; a missing artifact calls the loader once."""

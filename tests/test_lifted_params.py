@@ -23,10 +23,14 @@ COMPONENT = "albert"
 @pytest.fixture
 def albert(unit_cache, random_model64, tmp_path):
     """A private copy of the session's float64 ALBERT build (the shared one stays as other tests expect it),
-    with no kept transform results, and the inputs of one call."""
+    with no kept transform results, and the inputs of one call. The copy keeps the cache's layout: the manifest
+    names its parameter file relative to the artifact's folder."""
     built = build(random_model64, RANDOM_FINGERPRINT, BuildSpec(COMPONENT, bucket(COMPONENT), "float64"))
-    folder = tmp_path / built.library.parent.name
+    folder = tmp_path / built.library.parent.relative_to(unit_cache)
     shutil.copytree(built.library.parent, folder)
+    params = tmp_path / built.params.relative_to(unit_cache)
+    params.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(built.params, params)
     (folder / built.lifted_file.name).unlink(missing_ok=True)
     inputs = [x.numpy() for x in example_inputs(ComponentShape(COMPONENT, bucket(COMPONENT)), torch.float64)]
     return Artifact.open(folder), inputs

@@ -259,7 +259,7 @@ def _build(model, spec: BuildSpec, target: dict, fields: dict, library: Path, pa
     return {
         "key": fields,
         "param_names": names,
-        "params_file": str(params),
+        "params_file": os.path.relpath(params, library.parent),  # the cache can move (Artifact.open)
         "params_digest": digest,
         "transform_params": TRANSFORM_PARAMS if TRANSFORM_PARAMS in {gv.name_hint for gv in mod.functions} else None,
         "library_sha256": file_sha256(library),
