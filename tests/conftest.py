@@ -48,6 +48,22 @@ def _share_the_cores():
 _share_the_cores()  # at import, before any test module imports torch or TVM
 
 
+def pytest_sessionstart(session):
+    """Refuse the run in one line when the disk cannot hold what it writes (tests/disk_space.py); checked by the
+    process that starts the run, not again by each pytest-xdist worker."""
+    import tempfile
+    from pathlib import Path
+
+    from disk_space import shortfall
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    cache = os.environ.get("KOKORO_TVM_CACHE") or Path.home() / ".cache" / "kokoro-tvm"
+    problem = shortfall([cache, tempfile.gettempdir()])
+    if problem:
+        pytest.exit(problem, returncode=1)
+
+
 def pytest_collection_modifyitems(config, items):
     def rank(item):
         name = item.path.name

@@ -81,3 +81,18 @@ def test_work_given_no_thread_count_takes_the_share_its_parent_set(monkeypatch):
         assert cpu_share() == expected, value
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert cpu_share() == cpus
+
+
+def test_a_disk_without_room_for_the_run_is_named_in_one_line(tmp_path):
+    """conftest refuses a run the disk cannot hold (tests/disk_space.py): the folder is named, even one not made
+    yet (a fresh cache), in one line; with room, nothing is said. Halving and doubling the free space leaves a
+    margin for whatever else writes to this disk between the two calls."""
+    import shutil
+
+    from disk_space import shortfall
+
+    folder = tmp_path / "cache-not-made-yet"
+    free = shutil.disk_usage(tmp_path).free
+    assert shortfall([folder], needed=free // 2) is None
+    line = shortfall([tmp_path, folder], needed=free * 2)
+    assert line.startswith("only ") and f"under {tmp_path};" in line and "\n" not in line
