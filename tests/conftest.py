@@ -52,14 +52,14 @@ def pytest_sessionstart(session):
     """Refuse the run in one line when the disk cannot hold what it writes (tests/disk_space.py); checked by the
     process that starts the run, not again by each pytest-xdist worker."""
     import tempfile
-    from pathlib import Path
 
     from disk_space import shortfall
 
+    from kokoro_tvm.paths import cache_dir
+
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    cache = os.environ.get("KOKORO_TVM_CACHE") or Path.home() / ".cache" / "kokoro-tvm"
-    problem = shortfall([cache, tempfile.gettempdir()])
+    problem = shortfall([cache_dir(), tempfile.gettempdir()])
     if problem:
         pytest.exit(problem, returncode=1)
 
