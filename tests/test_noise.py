@@ -35,3 +35,17 @@ def test_noise_source_parsing():
     for bad in ["random", "seeded:x", True, None]:
         with pytest.raises(ValueError):
             noise_source(bad)
+
+
+def test_per_second_snr_follows_an_error_that_grows_along_the_audio():
+    """The study behind bench's seeded quality noise (studies/noise_and_fp32.py) reads error growth per second: an
+    error ten times larger in the second second is 20 dB lower there, and a partial last second is left out."""
+    from kokoro_tvm.config import SAMPLE_RATE
+    from kokoro_tvm.studies.noise_and_fp32 import per_second_snr
+
+    rng = np.random.default_rng(0)
+    reference = rng.standard_normal(SAMPLE_RATE * 2 + SAMPLE_RATE // 2)
+    error = 1e-3 * rng.standard_normal(reference.shape)
+    error[SAMPLE_RATE:] *= 10.0
+    first, second = per_second_snr(reference, reference + error)
+    assert abs(first - 60.0) < 0.5 and abs(second - 40.0) < 0.5  # 1e-3 and 1e-2 relative amplitude; 0.5 dB: sampling

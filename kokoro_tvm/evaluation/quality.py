@@ -1,4 +1,5 @@
-"""What each `bench` backend's speed buys: its audio against PyTorch fp32 (pt.dynamic, zero SineGen noise).
+"""What each `bench` backend's speed buys: its audio against PyTorch fp32 (pt.dynamic, with the SineGen noise bench
+gives every backend that takes it as inputs).
 
 Per backend (`backend_quality`): whether it ran with the reference's noise (`same_noise`: TVM and OpenVINO take
 the noise as inputs; stock PyTorch, torch.compile and the ONNX exports draw their own), whether its durations

@@ -253,9 +253,10 @@ class TorchCompiled(TorchEager):
         return audio
 
 
-def make_peer(name: str, model, fingerprint: str, threads: int, voice=None):
+def make_peer(name: str, model, fingerprint: str, threads: int, voice=None, noise=None):
     """The peer `name` (one of PEERS), an object with `speak(padded_ids, style, speed)`; the kokoro-onnx peers
-    also take the voice (frontend.voices.Voice), which their class reads by name."""
+    also take the voice (frontend.voices.Voice), which their class reads by name, and the peers that take SineGen's
+    noise as inputs (OpenVINO) take `noise` (a NoiseSource; default zero); the others draw their own."""
     makers = {
         "torch": lambda: TorchEager(model),
         "torch_bf16": lambda: TorchBf16(model),
@@ -264,8 +265,8 @@ def make_peer(name: str, model, fingerprint: str, threads: int, voice=None):
         "ort_int8": lambda: OrtInt8(threads),
         "kokoro_onnx": lambda: KokoroOnnx(voice, threads),
         "kokoro_onnx_fp32": lambda: KokoroOnnx(voice, threads, onnx_fp32_export(model, fingerprint)),
-        "openvino_f32": lambda: OpenVinoKokoro(model, threads, "f32"),
-        "openvino_bf16": lambda: OpenVinoKokoro(model, threads, "bf16"),
+        "openvino_f32": lambda: OpenVinoKokoro(model, threads, "f32", noise=noise),
+        "openvino_bf16": lambda: OpenVinoKokoro(model, threads, "bf16", noise=noise),
     }
     if name not in makers:
         raise PeerError(f"unknown peer {name!r}; choose from {', '.join(PEERS)}")
