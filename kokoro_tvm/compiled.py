@@ -8,7 +8,9 @@ above both: synthesis, the evaluation, the studies and the tests.
 - `resolve_precision`: `--precision auto`, the precision this CPU's tuning record measured fastest;
 - `ready_or_built`: the symbolic builds from the ready index without torch, or found / built and indexed;
 - `compiled_kokoro`: a runtime.kokoro.TVMKokoro whose artifacts the compiler builds on demand.
-- `compile_and_load`: any Relax module -> a runtime.vm.VMRunner (our pipeline, or stock TVM's for the probes).
+- `compile_and_load`: any Relax module -> a runtime.vm.VMRunner (our pipeline, or stock TVM's for the probes);
+  `module_seconds`: Relax modules of one signature built and timed interleaved (what the tuner's builds of one
+  conv, direct and in the frequency domain, are measured with: the compiler does not run the VM).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kokoro_tvm.compiler.pipeline import compile_relax, compile_stock
+from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, compile_relax, compile_stock
 from kokoro_tvm.compiler.targets import check_dtype, host_target, target_for
 from kokoro_tvm.compiler.tuning.record import find
 from kokoro_tvm.components import NAMES, Precision, get_precision
@@ -28,6 +30,7 @@ from kokoro_tvm.runtime import ready
 from kokoro_tvm.runtime.devices import require_device
 from kokoro_tvm.runtime.kokoro import TVMKokoro
 from kokoro_tvm.runtime.vm import VMRunner
+from kokoro_tvm.timing import median_interleaved
 
 
 def check_device(device: str, dtype: str) -> None:
@@ -185,3 +188,18 @@ def compile_and_load(
     pipeline for generic LLVM, as the hazard probes need) and load it on the CPU as a numpy-callable runner."""
     executable = compile_stock(mod, target) if stock else compile_relax(mod, target or host_target())
     return VMRunner(executable, "cpu", params, transform_params)
+
+
+def module_seconds(
+    modules: dict[str, object], params: Sequence[np.ndarray], inputs: Sequence[np.ndarray], calls: int = 5
+) -> dict[str, float]:
+    """{name: median seconds of one call} of Relax modules taking the same `inputs` and `params` (their weight
+    work, where lifted, done at load), each built for this CPU and timed interleaved, `calls` rounds after one
+    untimed round, on inputs already on the device."""
+    backends = {}
+    for name, mod in modules.items():
+        lifted = TRANSFORM_PARAMS if TRANSFORM_PARAMS in {gv.name_hint for gv in mod.functions} else None
+        runner = compile_and_load(mod, params=list(params), transform_params=lifted)
+        tensors = runner.device_inputs(*inputs)
+        backends[name] = lambda r=runner, t=tensors: r.run_on_device(*t)
+    return median_interleaved(backends, calls, warmup=1)

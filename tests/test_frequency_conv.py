@@ -13,7 +13,7 @@ from kokoro_tvm.compiler.passes import FrequencyDomainConvs
 from kokoro_tvm.compiler.passes.frequency_conv import dft_matrices, tiling
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, frequency_domain_convs, lift_weight_transforms
 from kokoro_tvm.compiler.targets import host_target
-from kokoro_tvm.studies.frequency_convs import conv_module
+from kokoro_tvm.compiler.tuning.frequency import conv_module
 
 # float32 against float64: the DFT sums (64 or 128 terms) and the product's 2C-term sums each round to float32;
 # the direct kernel's error on these shapes is 5e-7 to 1e-6 of the output's norm, the frequency one's 3.5e-7 to
@@ -117,8 +117,9 @@ def test_the_work_before_the_conv_stays_out_of_the_frames():
 AVX2 = {"kind": "llvm", "mtriple": "x86_64-pc-linux-gnu", "mcpu": "haswell"}
 
 
-def test_only_full_precision_avx2_builds_take_it():
-    """Where it was measured: AVX2. AVX-512 and GPUs keep the direct conv, bf16 / int8 builds their packed one."""
+def test_without_a_measured_record_only_full_precision_avx2_builds_take_it():
+    """The heuristic, where it was measured: AVX2. AVX-512 and GPUs keep the direct conv, bf16 / int8 builds
+    their packed one."""
     assert frequency_domain_convs(AVX2, "full")
     assert not frequency_domain_convs(AVX2, "bf16") and not frequency_domain_convs(AVX2, "int8")
     assert not frequency_domain_convs({"kind": "llvm", "mcpu": "znver4"}, "full")
@@ -138,3 +139,23 @@ def test_the_dft_matrices_are_numpys_rfft():
     spectrum = np.fft.rfft(signal)
     assert np.allclose(forward @ signal, np.stack([spectrum.real, spectrum.imag], axis=1).reshape(-1), atol=1e-12)
     assert np.allclose(inverse.T @ (forward @ signal), signal[:48], atol=1e-12)
+
+
+def test_a_records_measured_decisions_replace_the_heuristic():
+    """A record that timed the convs decides shape by shape, on any CPU: the 11-tap conv the AVX2 heuristic takes
+    stays direct where the record measured direct faster, the 7-tap one goes to the frequency domain where it
+    measured that faster, and a shape the record did not time stays direct."""
+    from kokoro_tvm.compiler.tuning.record import TuningRecord, using
+    from kokoro_tvm.machine import cpu_identity
+
+    def taken(taps: int, dilation: int) -> bool:
+        return "spectral_product" in FrequencyDomainConvs()(_conv_module(200, taps, dilation)).script()
+
+    assert taken(11, 1) and not taken(7, 3)  # the heuristic
+    decided = {f"c{CHANNELS}-k11-d1": None, f"c{CHANNELS}-k7-d1": [64, 48], f"c{CHANNELS}-k7-d5": None}
+    with using(TuningRecord(cpu_identity(), frequency=decided)):
+        assert not taken(11, 1) and taken(7, 1) and not taken(7, 3)
+        assert frequency_domain_convs({"kind": "llvm", "mcpu": "znver4"}, "full")
+        assert not frequency_domain_convs({"kind": "llvm", "mcpu": "znver4"}, "bf16")
+    with using(TuningRecord(cpu_identity(), frequency=dict.fromkeys(decided))):
+        assert not frequency_domain_convs(AVX2, "full")  # measured direct everywhere: not even AVX2 takes it

@@ -121,6 +121,7 @@ def test_the_record_file_round_trips_and_its_digest_is_its_decisions(tmp_path):
         cpu_identity(),
         {"float32xfloat32:256:256x7": Choice(8, 2, False)},
         {"uint16xuint16:256:128x7x2": tuning.FLOAT32},
+        {"c128-k11-d1": [64, 48], "c128-k7-d5": None},
         {"float32xfloat32:256:256x7": {"seconds": {"heuristic": 0.05, "8x2c": 0.04}}},
         {"date": "2026-11-28", "precision_seconds": {"fp32": 2.0, "bf16": 2.1, "int8": 0.9}},
     )
@@ -128,10 +129,13 @@ def test_the_record_file_round_trips_and_its_digest_is_its_decisions(tmp_path):
     assert loaded.decisions() == record.decisions() and loaded.digest() == record.digest()
     assert loaded.fastest_precision(["fp32", "bf16", "int8"]) == "int8"
     assert loaded.fastest_precision(["fp32", "bf16"]) == "fp32"
-    retimed = TuningRecord(record.cpu, record.choices, record.packed, {}, {"date": "2027-01-01"})
+    assert loaded.frequency == {"c128-k11-d1": [64, 48], "c128-k7-d5": None}
+    retimed = TuningRecord(record.cpu, record.choices, record.packed, record.frequency, {}, {"date": "2027-01-01"})
     assert retimed.digest() == record.digest()  # timings are not what a build computes from
     other = TuningRecord(record.cpu, {"float32xfloat32:256:256x7": Choice(8, 2, True)}, record.packed)
     assert other.digest() != record.digest()
+    direct = TuningRecord(record.cpu, record.choices, record.packed, {"c128-k11-d1": None, "c128-k7-d5": None})
+    assert direct.digest() != record.digest()
     assert tuning.find(record.cpu, (tmp_path,)).decisions() == record.decisions()
 
 
@@ -203,3 +207,81 @@ def test_committed_records_are_readable_and_name_their_cpu():
         record = TuningRecord.load(path)
         assert path.name == record_name(record.cpu)
         assert record.tuned["precision_seconds"] and json.loads(path.read_text())["format"] == tuning.FORMAT
+
+
+def test_the_long_convs_are_timed_both_ways_and_the_faster_kept():
+    """The shapes the frequency-domain pass could take (7 taps or more; not the 3-tap conv), each built both ways
+    and timed by the caller's timer (the runtime's VM, through kokoro_tvm.compiled); both builds compute the
+    conv, and a record's entry is the frequency domain's tiles only where it beat the direct conv by MARGIN."""
+    import torch
+
+    from kokoro_tvm.compiled import compile_and_load, module_seconds
+    from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS
+    from kokoro_tvm.compiler.tuning import frequency
+
+    length = tvm.tirx.Var("tiles", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 64, 16 * length), "float32"))
+    weights = [relax.Var(f"w{k}", relax.TensorType((64, 64, k), "float32")) for k in (11, 3, 7)]
+    with bb.function("main", [x, *weights], attrs={"num_input": 1}):
+        with bb.dataflow():
+            y = x
+            for w, dilation in zip(weights, (1, 1, 3), strict=True):
+                span = dilation * (int(w.ty.shape[2]) - 1)
+                y = bb.emit(relax.op.nn.conv1d(y, w, padding=span // 2, dilation=dilation))
+            bb.emit_output(y)
+        bb.emit_func_output(y)
+    shapes = frequency.conv_shapes(bb.get(), host_target(), tuner.steps_at_measured_length)
+    steps = 16 * measure.MEASURE_TILES
+    assert shapes == [frequency.ConvShape(64, 11, 1, steps), frequency.ConvShape(64, 7, 3, steps)]
+
+    decisions, measured = tuner.measure_frequency(shapes[:1], host_target(), module_seconds, lambda items: items)
+    seconds = measured["c64-k11-d1"]["seconds"]
+    faster = seconds["frequency"] < tuner.MARGIN * seconds["direct"]
+    assert decisions == {"c64-k11-d1": [64, 48] if faster else None}
+    builds, xs, ws = frequency.conv_builds(shapes[0], host_target())
+    want = torch.nn.functional.conv1d(
+        torch.tensor(xs, dtype=torch.float64), torch.tensor(ws, dtype=torch.float64), padding=5
+    ).numpy()
+    for way, mod in builds.items():
+        lifted = TRANSFORM_PARAMS if TRANSFORM_PARAMS in {gv.name_hint for gv in mod.functions} else None
+        got = compile_and_load(mod, params=[ws], transform_params=lifted)(xs)[0]
+        # float32 against float64 over 704 products per output: the kernels' error is 4e-7 to 1e-6 of the norm
+        # (tests/test_frequency_conv.py); 4e-6 is far below a wrong tap or tile (order 1)
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 4e-6, way
+
+
+def test_the_frequency_domain_is_kept_only_beyond_the_margin():
+    from kokoro_tvm.compiler.tuning import frequency
+
+    shape = frequency.ConvShape(128, 11, 3, 30752)
+    assert frequency.decide(shape, {"direct": 1.0, "frequency": 0.7}, tuner.MARGIN) == [128, 96]
+    assert frequency.decide(shape, {"direct": 1.0, "frequency": 0.99}, tuner.MARGIN) is None  # within the spread
+    assert frequency.decide(shape, {"direct": 1.0, "frequency": 1.5}, tuner.MARGIN) is None
+
+
+def test_the_spectra_budget_keeps_the_most_time_saved_per_byte():
+    """Three winners: 256 channels (34.6 MB of spectra per conv at N = 64), 128 channels (8.6 MB), and a loser.
+    With room for one 256-channel conv's spectra only the 128-channel shapes fit, best saving per byte first."""
+    from kokoro_tvm.compiler.tuning import frequency
+
+    wide, narrow = frequency.ConvShape(256, 7, 1, 5120, convs=2), frequency.ConvShape(128, 11, 1, 30752, convs=4)
+    dilated, slow = frequency.ConvShape(128, 11, 3, 30752), frequency.ConvShape(128, 7, 5, 30752)
+    assert (
+        frequency.spectrum_bytes(wide) == 2 * 33 * 512 * 512 * 4
+        and frequency.spectrum_bytes(dilated) == 65 * 256**2 * 4
+    )
+    seconds = {
+        wide.key: {"direct": 0.022, "frequency": 0.015},  # saves 14 ms for 69 MB
+        narrow.key: {"direct": 0.051, "frequency": 0.029},  # 88 ms for 35 MB
+        dilated.key: {"direct": 0.050, "frequency": 0.036},  # 14 ms for 17 MB
+        slow.key: {"direct": 0.033, "frequency": 0.047},
+    }
+    everything = frequency.within_budget([wide, narrow, dilated, slow], seconds, tuner.MARGIN, budget=2**40)
+    assert everything == {wide.key: [64, 48], narrow.key: [64, 48], dilated.key: [128, 96], slow.key: None}
+    budget = frequency.spectrum_bytes(narrow) + frequency.spectrum_bytes(dilated)
+    chosen = frequency.within_budget([wide, narrow, dilated, slow], seconds, tuner.MARGIN, budget=budget)
+    assert chosen == {wide.key: None, narrow.key: [64, 48], dilated.key: [128, 96], slow.key: None}
+    assert frequency.within_budget([wide, narrow], seconds, tuner.MARGIN, budget=0) == dict.fromkeys(
+        [wide.key, narrow.key]
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kokoro_tvm import __version__
-from kokoro_tvm.compiled import compiled_kokoro, runs_here
+from kokoro_tvm.compiled import compiled_kokoro, module_seconds, runs_here
 from kokoro_tvm.compiler.targets import host_target
 from kokoro_tvm.compiler.tuning import record as tuning
 from kokoro_tvm.components import NAMES
@@ -57,19 +57,21 @@ def tune_here(args: argparse.Namespace) -> int:
     def progress(items):
         return tqdm(list(items), desc="tune", unit="class", disable=args.quiet)
 
-    record = tuner.tune(model, host_target(), precisions, args.budget, progress)
+    record = tuner.tune(model, host_target(), precisions, args.budget, progress, module_seconds)
     record.tuned.update(kokoro_tvm=__version__, tvm=tvm.__version__, commit=repository_commit(), threads=args.threads)
     path = record.save(Path(args.out) if args.out else tuning.user_folder())
     fastest = record.fastest_precision(precisions)
     log.info(
-        "%d of %d classes measured in %.0f s (export %.0f s), %d tiles changed, %d packed classes kept float32; "
-        "fastest here: %s; wrote %s",
+        "%d of %d classes measured in %.0f s (export %.0f s), %d tiles changed, %d packed classes kept float32, "
+        "%d of %d long conv shapes in the frequency domain; fastest here: %s; wrote %s",
         record.tuned["measured"],
         record.tuned["classes"],
         record.tuned["measure_s"],
         record.tuned["export_s"],
         len(record.choices),
-        sum(not keep for keep in record.packed.values()),
+        sum(kernel == tuning.FLOAT32 for kernel in record.packed.values()),
+        record.tuned["frequency_domain"],
+        len(record.frequency),
         fastest,
         path,
     )
@@ -140,10 +142,11 @@ def class_table(record, rows: int | None = None) -> list[dict]:
     kernel time at the measured length, the gain, and what the build does (the tile kept, or the float32 conv
     for a packed class that was not faster)."""
     table = []
-    for key, measured in sorted(record.measured.items(), key=lambda item: -item[1]["share"]):
+    classes = [(key, measured) for key, measured in record.measured.items() if "share" in measured]
+    for key, measured in sorted(classes, key=lambda item: -item[1]["share"]):
         seconds = measured["seconds"]
         choice = record.choice(key)
-        kept_float32 = key in record.packed and not record.packed[key]
+        kept_float32 = record.packed.get(key) == tuning.FLOAT32
         table.append(
             {
                 "class": key,
@@ -155,3 +158,28 @@ def class_table(record, rows: int | None = None) -> list[dict]:
             }
         )
     return table[:rows] if rows else table
+
+
+def frequency_table(record) -> list[dict]:
+    """A tuning record's long conv shapes: the direct and the frequency-domain conv's time at the measured length,
+    the kernel spectra all convs of the shape keep, and which way the build runs them (empty for a record tuned
+    before these were measured)."""
+    rows = []
+    for key, tiles in sorted(record.frequency.items()):
+        measured = record.measured.get(key)
+        if measured is None:
+            continue
+        seconds = measured["seconds"]
+        rows.append(
+            {
+                "conv": key,
+                "convs": measured["convs"],
+                "direct_ms": 1e3 * seconds["direct"],
+                "frequency_ms": 1e3 * seconds["frequency"],
+                "spectra_mb": measured["spectra_mb"],
+                "build": "frequency domain"
+                if tiles
+                else ("direct: spectra over budget" if measured["won"] else "direct"),
+            }
+        )
+    return rows

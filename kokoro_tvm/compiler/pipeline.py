@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from kokoro_tvm.compiler.targets import GPU_KINDS, cpu_geometry
+from kokoro_tvm.compiler.tuning import record as tuning_record
 from kokoro_tvm.components import BF16_CONVOLUTIONS, INT8_CONVOLUTIONS, check_arithmetic
 
 log = logging.getLogger(__name__)
@@ -200,12 +201,16 @@ def aligned_conv_rows(target) -> int | None:
 
 
 def frequency_domain_convs(target, precision: str) -> bool:
-    """Whether the long float32 convs are computed in the frequency domain (passes.FrequencyDomainConvs): in
-    full-precision builds (bf16 / int8 builds pack those convs instead) for a CPU with 16 vector registers (AVX2),
-    where it was measured faster; AVX-512 and NEON targets keep the direct kernel until it is measured there
-    (`python -m kokoro_tvm.studies.frequency_convs` forces it on any CPU)."""
+    """Whether the long float32 convs may go to the frequency domain (passes.FrequencyDomainConvs; which ones:
+    passes.frequency_conv.chosen_tiling): in full-precision builds for a CPU (bf16 / int8 builds pack those convs
+    instead) whose tuning record in use measured them faster for some conv shape, or, where no record measured
+    them, a CPU with 16 vector registers (AVX2), where the heuristic was measured faster; AVX-512 and NEON targets
+    without such a record keep the direct kernel (`python -m kokoro_tvm.studies.frequency_convs` forces it)."""
     if target is None or _target(target).kind.name != "llvm" or check_arithmetic(precision) != "full":
         return False
+    record = tuning_record.active()
+    if record is not None and record.frequency:
+        return any(record.frequency.values())
     return cpu_geometry(_target(target)).vector_registers < 32
 
 

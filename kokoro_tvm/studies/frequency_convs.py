@@ -11,32 +11,18 @@ import argparse
 import json
 
 import numpy as np
-from tvm import relax
 
 from kokoro_tvm.compiled import compile_and_load
 from kokoro_tvm.compiler.passes import frequency_conv
 from kokoro_tvm.compiler.pipeline import TRANSFORM_PARAMS, lift_weight_transforms
 from kokoro_tvm.compiler.targets import host_target
+from kokoro_tvm.compiler.tuning.frequency import conv_module
 from kokoro_tvm.timing import interleaved, set_threads
 
 # (channels, steps): the generator's two resblock stages at 96 frames
 STAGES = ((128, 11520), (256, 1920))
 KERNELS = ((11, 1), (7, 1), (3, 1), (11, 3), (7, 3), (11, 5), (7, 5))  # (taps, dilation)
 FORCED_TILINGS = {1: (64, 48), 3: (128, 96), 5: (128, 64)}  # --all: a tile for each dilation (span <= N - m + 1)
-
-
-def conv_module(channels: int, length, taps: int, dilation: int, dtype: str = "float32"):
-    """main(x [1, C, length]; w [C, C, taps]) = conv1d with 'same' padding, w a weight (num_input = 1); `length`
-    an int or a symbolic TIR variable."""
-    builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, channels, length), dtype))
-    w = relax.Var("w", relax.TensorType((channels, channels, taps), dtype))
-    with builder.function("main", [x, w], attrs={"num_input": 1}):
-        with builder.dataflow():
-            padding = dilation * (taps - 1) // 2
-            out = builder.emit_output(relax.op.nn.conv1d(x, w, padding=padding, dilation=dilation))
-        builder.emit_func_output(out)
-    return builder.get()
 
 
 def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forced: bool = False) -> dict:
@@ -51,7 +37,7 @@ def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forc
     want = torch.nn.functional.conv1d(
         torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=padding, dilation=dilation
     ).numpy()
-    tiling = (lambda _taps, d, _channels: FORCED_TILINGS.get(d)) if forced else None
+    tiling = (lambda _taps, d, _channels, _length=None: FORCED_TILINGS.get(d)) if forced else None
     runners, record = {}, {"channels": channels, "steps": steps, "taps": taps, "dilation": dilation}
     for name, on in (("direct", False), ("frequency", True)):
         lifted = lift_weight_transforms(

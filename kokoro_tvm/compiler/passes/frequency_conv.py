@@ -18,7 +18,8 @@ which the product's O-fold reuse pays for when k is long. Each step is a contrac
 G = conj(DFT(w)) per channel pair (a correlation, as conv1d computes) is computed from the weights alone, so
 `lift_weight_transforms` makes it once, at load. The values are the conv's to float32 rounding (about 4e-7 of
 the output's norm against a float64 conv, as the direct kernel's 7e-7; tests/test_frequency_conv.py), not bit for
-bit: only fp32 builds for AVX2 take it (kokoro_tvm.compiler.pipeline.frequency_domain_convs).
+bit: only fp32 builds take it (kokoro_tvm.compiler.pipeline.frequency_domain_convs), for the shapes this CPU's
+tuning record measured faster so (kokoro_tvm.compiler.tuning.frequency), or by the heuristic `tiling` on AVX2.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from kokoro_tvm.compiler.passes.base import (
     shape_of,
     static_shape,
 )
+from kokoro_tvm.compiler.tuning import record as tuning
 
 # Per dilation: (fewest taps taken, DFT points N, outputs per tile m), with N - m + 1 >= the kernel's span and m a
 # whole number of 16-column tiles. On a 2-core Zen 2, against the direct kernel, one conv at a time
@@ -48,16 +50,41 @@ TILINGS = {1: (7, 64, 48), 3: (11, 128, 96)}
 WIDE_CHANNELS, WIDE_TILINGS = 128, {1: (11, 64, 48)}
 MIN_CHANNELS = 64  # narrower convs (the 22-channel harmonic one) stay direct: not measured, the DFTs weigh more
 TILE_COLUMNS = 16  # the tile axis T in whole column tiles of the contraction kernel
+# What the tuner times against the direct kernel (kokoro_tvm.compiler.tuning.frequency), per dilation: a tile whose
+# span N - m + 1 holds an 11-tap kernel. Convs of fewer than MEASURED_TAPS taps are not timed: at 3 taps the
+# direct kernel was 1.6-2.1x faster on the Zen 2 and on the Zen 4 (the DFTs alone cost more than 3 taps).
+MEASURED_TILINGS, MEASURED_TAPS = {1: (64, 48), 3: (128, 96), 5: (128, 64)}, 7
 
 
-def tiling(taps: int, dilation: int, channels: int) -> tuple[int, int] | None:
-    """(N, m) for a conv of `taps` taps at `dilation` whose wider side has `channels` channels, or None where the
-    direct kernel is kept."""
+def tiling(taps: int, dilation: int, channels: int, length=None) -> tuple[int, int] | None:
+    """The heuristic: (N, m) for a conv of `taps` taps at `dilation` whose wider side has `channels` channels, or
+    None where the direct kernel is kept (`length`, the conv's steps, is not used)."""
     rule = (TILINGS if channels <= WIDE_CHANNELS else WIDE_TILINGS).get(dilation)
     if rule is None:
         return None
     fewest, points, step = rule
     return (points, step) if taps >= fewest and dilation * (taps - 1) + 1 <= points - step + 1 else None
+
+
+def measured_tiling(taps: int, dilation: int) -> tuple[int, int] | None:
+    """The tiles the tuner times a conv of `taps` taps at `dilation` with, or None where it keeps it direct."""
+    points, step = MEASURED_TILINGS.get(dilation, (0, 0))
+    return (points, step) if taps >= MEASURED_TAPS and dilation * (taps - 1) + 1 <= points - step + 1 else None
+
+
+def conv_key(channels: int, taps: int, dilation: int) -> str:
+    """A conv shape as a tuning record names it: "c128-k11-d1" (the wider side's channels, taps, dilation)."""
+    return f"c{channels}-k{taps}-d{dilation}"
+
+
+def chosen_tiling(taps: int, dilation: int, channels: int, length=None) -> tuple[int, int] | None:
+    """What a build takes: the tuning record's measured decision for this shape where the record in use measured
+    this CPU's convs (a shape it did not time stays direct), else the heuristic `tiling`."""
+    record = tuning.active()
+    if record is None or not record.frequency:
+        return tiling(taps, dilation, channels)
+    chosen = record.frequency.get(conv_key(channels, taps, dilation))
+    return (int(chosen[0]), int(chosen[1])) if chosen else None
 
 
 def dft_matrices(points: int, step: int) -> tuple[np.ndarray, np.ndarray]:
@@ -147,7 +174,7 @@ def _chosen(call, mutator, choose):
         return None
     (dilation,), (left, right) = ints(attrs.dilation), ints(attrs.padding)
     span = dilation * (w_shape[2] - 1) + 1
-    chosen = choose(w_shape[2], dilation, max(w_shape[:2]))
+    chosen = choose(w_shape[2], dilation, max(w_shape[:2]), x_shape[2])
     return None if chosen is None or left + right != span - 1 else (*chosen, dilation, left)
 
 
@@ -184,10 +211,10 @@ def _in_frequency_domain(call, mutator, choose, rows: int | None):
 
 def FrequencyDomainConvs(choose=None, rows: int | None = None):  # noqa: N802 (TVM pass naming)
     """Every float32 conv1d (one utterance, stride 1, no groups, output as long as the input, 64 channels or
-    more) by a kernel computed from the function's weights alone for whose taps, dilation and channels `choose`
-    (default: `tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the register tile's
-    rows where the product's rows are padded to whole tiles (kokoro_tvm.compiler.pipeline.aligned_conv_rows)."""
-    choose = choose or tiling
+    more) by a kernel computed from the function's weights alone for whose taps, dilation, channels and length
+    `choose` (default: `chosen_tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the
+    register tile's rows where the product's rows are padded to whole tiles (pipeline.aligned_conv_rows)."""
+    choose = choose or chosen_tiling
     return call_rewriting_pass(
         "FrequencyDomainConvs",
         "relax.nn.conv1d",

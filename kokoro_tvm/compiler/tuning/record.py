@@ -4,7 +4,9 @@ A contraction class is what the CPU Contraction rule's choice depends on: the op
 (output channels) and the reduction extents ("float32:256:256x7"); a symbolic row extent (a matmul over tokens)
 has no class and keeps the heuristic tile. A packed class is a bf16 or int8 conv class; its entry says whether
 the packed kernel beat the float32 kernel of the same conv on this CPU, and a build keeps the float32 conv where
-it did not (so a bf16 build is never slower than fp32 for want of a faster instruction).
+it did not (so a bf16 build is never slower than fp32 for want of a faster instruction). A long float32 conv
+shape ("c128-k11-d1") names the frequency-domain tiles [N, m] it runs with, or null where the direct conv was
+faster; a record without such entries (tuned before they were measured) leaves the choice to the heuristic.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class TuningRecord:
     cpu: dict
     choices: dict[str, Choice] = field(default_factory=dict)
     packed: dict[str, str] = field(default_factory=dict)  # packed class -> the kernel it runs on (KERNELS)
+    frequency: dict[str, list[int] | None] = field(default_factory=dict)  # conv shape -> [N, m], or None: direct
     measured: dict = field(default_factory=dict)  # per class: every candidate's seconds, for the notebook
     tuned: dict = field(default_factory=dict)  # when, on what commit, how long, at which length
 
@@ -78,6 +81,7 @@ class TuningRecord:
         return {
             "choices": {k: [c.rows, c.vectors, c.rows_outer] for k, c in sorted(self.choices.items())},
             "packed": dict(sorted(self.packed.items())),
+            "frequency": dict(sorted(self.frequency.items())),
         }
 
     def digest(self) -> str:
@@ -102,7 +106,11 @@ class TuningRecord:
             packed = {k: str(v) for k, v in data["packed"].items()}
             if set(packed.values()) - set(KERNELS):
                 raise ValueError(f"a packed class names a kernel outside {KERNELS}")
-            return cls(data["cpu"], choices, packed, data.get("measured", {}), data.get("tuned", {}))
+            frequency = {k: None if v is None else [int(n) for n in v] for k, v in data.get("frequency", {}).items()}
+            if any(v is not None and len(v) != 2 for v in frequency.values()):
+                raise ValueError("a frequency-domain conv names other than two tile sizes [N, m]")
+            measured, tuned = data.get("measured", {}), data.get("tuned", {})
+            return cls(data["cpu"], choices, packed, frequency, measured, tuned)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise InputError(f"tuning record {path} is unreadable: {exc}") from None
 

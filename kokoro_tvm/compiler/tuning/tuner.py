@@ -18,15 +18,18 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
+from tvm import tirx
 
 from kokoro_tvm.compiler import amx
 from kokoro_tvm.compiler.pipeline import lift_weight_transforms, phases
 from kokoro_tvm.compiler.symbolic import SymbolicShape, add_tile_count, export_symbolic
 from kokoro_tvm.compiler.targets import cpu_geometry
+from kokoro_tvm.compiler.tuning import frequency
 from kokoro_tvm.compiler.tuning.measure import (
     CALLS,
     MEASURE_TILES,
     ContractionFunction,
+    _evaluate,
     _random,
     candidates,
     contraction_functions,
@@ -184,25 +187,48 @@ def kernel_seconds(
 BUDGET_S = 360.0  # the measuring part of a tuning run; exporting the components comes before it
 
 
-def legalized(model, component: str, precisions: Iterable[str], target) -> dict[str, object]:
-    """{precision: the symbolic build's Relax module of `component` after the legalize phase} (exported and
-    imported once; each precision's rewrites applied to a copy), with no tuning record in use: every packed conv
-    stays packed, so that its class is measured."""
+def imported(model, component: str):
+    """The symbolic build's Relax module of `component`, as imported (weights as inputs)."""
     from kokoro_tvm.compiler.converters import to_relax  # (deferred: the converters and the export load torch)
     from kokoro_tvm.reference.pt_dynamic import default_dtype
 
     shape = SymbolicShape(component, SYMBOLIC_MAX_LENGTH[info(component).axis] // LENGTH_TILE)
     with default_dtype(next(model.parameters()).dtype):
-        imported = add_tile_count(to_relax(export_symbolic(model, shape), keep_params_as_input=True))
-    modules = {}
-    with using(None):
-        for precision in dict.fromkeys(build_precision(component, p) for p in precisions):
-            mod = lift_weight_transforms(imported, component, precision, target)
-            with tvm.target.Target(target):
-                for _, passes in phases(target)[:3]:  # rewrite, dispatch, legalize
-                    mod = tvm.transform.Sequential(passes)(mod)
-            modules[precision] = mod
-    return modules
+        return add_tile_count(to_relax(export_symbolic(model, shape), keep_params_as_input=True))
+
+
+def legalized(mod, component: str, precision: str, target, decided: TuningRecord | None = None, frequency=None):
+    """`mod` (imported) with `precision`'s rewrites applied to a copy, lifted, legalized and fused as a build
+    does, under `decided` (the frequency-domain decisions made so far; None: heuristics) and with no tile
+    choices: every packed conv stays packed, so that its class is measured. `frequency`: force the
+    frequency-domain convs on or off (None: as `decided` says)."""
+    with using(decided):
+        mod = lift_weight_transforms(mod, component, precision, target, frequency_convs=frequency)
+        with tvm.target.Target(target):
+            for _, passes in phases(target)[:3]:  # rewrite, dispatch, legalize
+                mod = tvm.transform.Sequential(passes)(mod)
+    return mod
+
+
+def measure_frequency(shapes: list[frequency.ConvShape], target, time_builds, progress) -> tuple[dict, dict]:
+    """({shape key: [N, m] or None}, {shape key: its steps, convs, spectra and both ways' seconds}): each long conv
+    shape built direct and in the frequency domain and timed by `time_builds(builds, params, inputs)` (the
+    caller's: the Relax VM is the runtime's), the frequency domain kept where it beat the direct conv by MARGIN
+    and its spectra fit frequency.SPECTRA_BUDGET."""
+    measured = {}
+    for shape in progress(shapes):
+        builds, x, w = frequency.conv_builds(shape, target)
+        seconds = time_builds(builds, [w], [x])
+        spectra = frequency.spectrum_bytes(shape)
+        measured[shape.key] = {"steps": shape.steps, "convs": shape.convs, "spectra_mb": spectra / 2**20}
+        measured[shape.key] |= {"seconds": seconds, "won": frequency.decide(shape, seconds, MARGIN) is not None}
+        log.info(
+            "%s x %d at %d steps: direct %.1f ms, frequency domain %.1f ms (spectra %.0f MB)",
+            *(shape.key, shape.convs, shape.steps, 1e3 * seconds["direct"], 1e3 * seconds["frequency"]),
+            spectra / 2**20,
+        )
+    seconds = {key: m["seconds"] for key, m in measured.items()}
+    return frequency.within_budget(shapes, seconds, MARGIN), measured
 
 
 def merge(into: dict[str, list[ContractionFunction]], more: dict[str, list[ContractionFunction]]) -> None:
@@ -223,46 +249,72 @@ def estimated_seconds(classes: dict[str, list[ContractionFunction]], results: di
     return seconds
 
 
-def tune(model, target, precisions=("fp32", "bf16", "int8"), budget_s: float = BUDGET_S, progress=None):
-    """Measure this machine: the TUNED_COMPONENTS' classes at every precision in `precisions` the CPU runs,
-    within `budget_s` seconds of measuring. Returns the TuningRecord (not yet saved)."""
-    started = time.perf_counter()
+def steps_at_measured_length(length) -> int:
+    """A conv's length in steps at the measured length: its symbolic length is a multiple of the build's tile
+    count (kokoro_tvm.compiler.symbolic), here MEASURE_TILES."""
+    return _evaluate(length, {var: MEASURE_TILES for var in tirx.analysis.undefined_vars(length)})
+
+
+def contraction_classes(modules: dict, target, arithmetics, decided: TuningRecord) -> dict:
+    """{(component, arithmetic): classes} of the builds `decided` gives, and under (None, "twins") the direct
+    float32 convs' classes that the frequency domain took out of the fp32 build: a packed conv class is compared
+    with its float32 twin (packed_choices), and a packed build falls back to the direct conv, not that one."""
+    found = {}
+    for component, mod in modules.items():
+        for arithmetic in dict.fromkeys(build_precision(component, a) for a in arithmetics):
+            found[component, arithmetic] = contraction_functions(legalized(mod, component, arithmetic, target, decided))
+    packed = any(a != "full" for a in arithmetics)
+    if packed and any(decided.frequency.values()) and "decoder" in modules:
+        direct = contraction_functions(legalized(modules["decoder"], "decoder", "full", target, None, False))
+        taken = {k for (_, a), classes in found.items() if a == "full" for k in classes}
+        found[None, "twins"] = {k: v for k, v in direct.items() if k not in taken}
+    return found
+
+
+def tune(
+    model, target, precisions=("fp32", "bf16", "int8"), budget_s: float = BUDGET_S, progress=None, time_builds=None
+):
+    """Measure this machine: which long float32 convs run faster in the frequency domain (timed by
+    `time_builds`, kokoro_tvm.compiled.module_seconds; None: not measured, the heuristic decides), then the
+    TUNED_COMPONENTS' classes at every precision in `precisions` the CPU runs, within `budget_s` seconds of
+    measuring. Returns the TuningRecord (not yet saved)."""
+    started, progress = time.perf_counter(), progress or (lambda items: items)
     arithmetics = [get_precision(p).arithmetic for p in precisions]
-    modules = {}  # (component, arithmetic) -> classes
-    for component in TUNED_COMPONENTS:
-        for arithmetic, mod in legalized(model, component, arithmetics, target).items():
-            modules[component, arithmetic] = contraction_functions(mod)
+    modules = {component: imported(model, component) for component in TUNED_COMPONENTS}
     exported = time.perf_counter()
+    decided, convs = TuningRecord(cpu_identity()), {}
+    if "full" in arithmetics and time_builds is not None:
+        shapes = [s for c, mod in modules.items() for s in frequency.conv_shapes(mod, target, steps_at_measured_length)]
+        decided.frequency, convs = measure_frequency(shapes, target, time_builds, progress)
+    found = contraction_classes(modules, target, arithmetics, decided)
     classes: dict[str, list[ContractionFunction]] = {}
-    for found in modules.values():
-        merge(classes, found)
-    results = {r.key: r for r in tune_functions(classes, target, budget_s, progress or (lambda items: items))}
+    for functions in found.values():
+        merge(classes, functions)
+    left = budget_s - (time.perf_counter() - exported)
+    results = {r.key: r for r in tune_functions(classes, target, left, progress)}
     for result in results.values():
         result.amx_seconds = measure_amx(result, target)
-    packed = packed_choices(results)
-    precision_seconds = {
-        p: sum(
-            estimated_seconds(modules.get((c, build_precision(c, a)), {}), results, packed) for c in TUNED_COMPONENTS
-        )
-        for p, a in zip(precisions, arithmetics, strict=True)
+    decided.choices = {k: r.choice for k, r in results.items() if r.choice is not None}
+    decided.packed = packed_choices(results)
+    decided.measured = convs | {
+        k: {"function": r.function, "share": round(r.share, 4), "seconds": r.seconds}
+        | ({"amx_seconds": r.amx_seconds} if r.amx_seconds is not None else {})
+        for k, r in results.items()
     }
-    record = TuningRecord(
-        cpu_identity(),
-        {k: r.choice for k, r in results.items() if r.choice is not None},
-        packed,
-        {
-            k: {"function": r.function, "share": round(r.share, 4), "seconds": r.seconds}
-            | ({"amx_seconds": r.amx_seconds} if r.amx_seconds is not None else {})
-            for k, r in results.items()
+    decided.tuned = {
+        "date": datetime.date.today().isoformat(),
+        "length_frames": MEASURE_TILES * LENGTH_TILE,
+        "export_s": round(exported - started, 1),
+        "measure_s": round(time.perf_counter() - exported, 1),
+        "classes": len(classes),
+        "measured": len(results),
+        "frequency_domain": sum(v is not None for v in decided.frequency.values()),
+        "precision_seconds": {
+            p: sum(
+                estimated_seconds(found.get((c, build_precision(c, a)), {}), results, decided.packed)
+                for c in TUNED_COMPONENTS
+            )
+            for p, a in zip(precisions, arithmetics, strict=True)
         },
-        {
-            "date": datetime.date.today().isoformat(),
-            "length_frames": MEASURE_TILES * LENGTH_TILE,
-            "export_s": round(exported - started, 1),
-            "measure_s": round(time.perf_counter() - exported, 1),
-            "classes": len(classes),
-            "measured": len(results),
-            "precision_seconds": precision_seconds,
-        },
-    )
-    return record
+    }
+    return decided
