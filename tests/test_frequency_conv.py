@@ -117,12 +117,13 @@ def test_the_work_before_the_conv_stays_out_of_the_frames():
 AVX2 = {"kind": "llvm", "mtriple": "x86_64-pc-linux-gnu", "mcpu": "haswell"}
 
 
-def test_without_a_measured_record_only_full_precision_avx2_builds_take_it():
-    """The heuristic, where it was measured: AVX2. AVX-512 and GPUs keep the direct conv, bf16 / int8 builds
-    their packed one."""
-    assert frequency_domain_convs(AVX2, "full")
+def test_without_a_measured_record_full_precision_x86_builds_take_it():
+    """The heuristic, where it was measured: AVX2 (the Zen 2) and AVX-512 (the Zen 4, whose tuner chose the
+    heuristic's shapes). NEON and GPUs keep the direct conv, bf16 / int8 builds their packed one."""
+    assert frequency_domain_convs(AVX2, "full") and frequency_domain_convs({"kind": "llvm", "mcpu": "znver4"}, "full")
     assert not frequency_domain_convs(AVX2, "bf16") and not frequency_domain_convs(AVX2, "int8")
-    assert not frequency_domain_convs({"kind": "llvm", "mcpu": "znver4"}, "full")
+    neon = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1"}
+    assert not frequency_domain_convs(neon, "full")
     assert not frequency_domain_convs({"kind": "cuda", "arch": "sm_80"}, "full")
     direct = _lifted(_conv_module(200, 11, 1), frequency_convs=False).script()
     assert "spectral_product" not in direct
@@ -159,3 +160,19 @@ def test_a_records_measured_decisions_replace_the_heuristic():
         assert not frequency_domain_convs({"kind": "llvm", "mcpu": "znver4"}, "bf16")
     with using(TuningRecord(cpu_identity(), frequency=dict.fromkeys(decided))):
         assert not frequency_domain_convs(AVX2, "full")  # measured direct everywhere: not even AVX2 takes it
+
+
+def test_the_heuristic_takes_the_shapes_the_zen_4_measured_faster():
+    """The claim behind the AVX-512 heuristic (pipeline.frequency_domain_convs): the committed Zen 4 record's
+    measured choice, shape by shape, is the heuristic's (a re-tune that disagrees must revisit the heuristic)."""
+    from kokoro_tvm.compiler.passes.frequency_conv import MEASURED_TILINGS
+    from kokoro_tvm.compiler.tuning.record import TuningRecord
+    from kokoro_tvm.paths import TUNING_RECORDS
+
+    record = TuningRecord.load(TUNING_RECORDS / "amd-f25-m17-2ebdda08.json")
+    assert len(record.frequency) == 12 and any(record.frequency.values())
+    for key, tiles in record.frequency.items():
+        channels, taps, dilation = (int(part[1:]) for part in key.split("-"))
+        heuristic = tiling(taps, dilation, channels)
+        assert (tuple(tiles) if tiles else None) == heuristic, key
+        assert heuristic is None or heuristic == MEASURED_TILINGS[dilation]

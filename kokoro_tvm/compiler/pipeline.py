@@ -204,14 +204,15 @@ def frequency_domain_convs(target, precision: str) -> bool:
     """Whether the long float32 convs may go to the frequency domain (passes.FrequencyDomainConvs; which ones:
     passes.frequency_conv.chosen_tiling): in full-precision builds for a CPU (bf16 / int8 builds pack those convs
     instead) whose tuning record in use measured them faster for some conv shape, or, where no record measured
-    them, a CPU with 16 vector registers (AVX2), where the heuristic was measured faster; AVX-512 and NEON targets
-    without such a record keep the direct kernel (`python -m kokoro_tvm.studies.frequency_convs` forces it)."""
+    them, an x86 CPU with AVX2 or AVX-512, where the heuristic's shapes were measured faster (the Zen 2; the Zen 4's
+    tuner chose the same four); NEON and SSE targets keep the direct kernel (`python -m
+    kokoro_tvm.studies.frequency_convs` forces it)."""
     if target is None or _target(target).kind.name != "llvm" or check_arithmetic(precision) != "full":
         return False
     record = tuning_record.active()
     if record is not None and record.frequency:
         return any(record.frequency.values())
-    return cpu_geometry(_target(target)).vector_registers < 32
+    return cpu_geometry(_target(target)).vector_bits >= 256
 
 
 def matmul_panel_columns(target) -> int | None:

@@ -8,7 +8,8 @@ phase: the Relax rewrites in the rewrite phase unless said otherwise.
   `AlignConvRows` (in whole row tiles; run by the pipeline's `lift_weight_transforms`, before lifting, on CPUs
   with 16 vector registers);
 - frequency_conv.py: `FrequencyDomainConvs` (long float32 convs as overlap-save DFT products; run by
-  `lift_weight_transforms` in full-precision builds for AVX2; float32 rounding differs, not bit for bit);
+  `lift_weight_transforms` in x86 full-precision builds, shapes as the tuning record measured; float32 rounding
+  differs, not bit for bit);
 - matmul_layout.py: `PackMatmulWeights` (a matmul's weight matrix in column panels as wide as the CPU tile; run
   by `lift_weight_transforms` with AlignConvRows);
 - vectorizable_sine.py: `VectorizableSine` (sin as a range-reduced polynomial that vectorizes, in float64);

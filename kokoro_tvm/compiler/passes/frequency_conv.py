@@ -19,7 +19,7 @@ G = conj(DFT(w)) per channel pair (a correlation, as conv1d computes) is compute
 `lift_weight_transforms` makes it once, at load. The values are the conv's to float32 rounding (about 4e-7 of
 the output's norm against a float64 conv, as the direct kernel's 7e-7; tests/test_frequency_conv.py), not bit for
 bit: only fp32 builds take it (kokoro_tvm.compiler.pipeline.frequency_domain_convs), for the shapes this CPU's
-tuning record measured faster so (kokoro_tvm.compiler.tuning.frequency), or by the heuristic `tiling` on AVX2.
+tuning record measured faster so (kokoro_tvm.compiler.tuning.frequency), or by the heuristic `tiling` on x86.
 """
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ from kokoro_tvm.compiler.passes.base import (
 )
 from kokoro_tvm.compiler.tuning import record as tuning
 
-# Per dilation: (fewest taps taken, DFT points N, outputs per tile m), with N - m + 1 >= the kernel's span and m a
-# whole number of 16-column tiles. On a 2-core Zen 2, against the direct kernel, one conv at a time
-# (`python -m kokoro_tvm.studies.frequency_convs --all`; NOTES/performance.md): undilated 11 taps 1.6-1.8x, 7 taps
-# 1.1x; 11 taps at dilation 3 1.1-1.4x; 3 taps, and 7 taps dilated, slower; 11 at dilation 5 within 15%.
+# The heuristic, for a CPU whose tuning record did not time these convs. Per dilation: (fewest taps taken, DFT points
+# N, outputs per tile m), with N - m + 1 >= the kernel's span and m a whole number of 16-column tiles. On a 2-core
+# Zen 2 (the Zen 4's tuner, within its spectra budget, chose the same shapes), against the direct kernel, one conv
+# at a time (`python -m kokoro_tvm.studies.frequency_convs --all`; NOTES/performance.md): undilated 11 taps
+# 1.6-1.8x, 7 taps 1.1x; 11 taps at dilation 3 1.1-1.4x; 3 taps, and 7 taps dilated, slower; 11 at dilation 5
+# within 15%.
 TILINGS = {1: (7, 64, 48), 3: (11, 128, 96)}
 # A conv wider than WIDE_CHANNELS has a spectrum of 35-69 MB (B x 2O x 2C floats), read from memory at every call:
 # in the decoder only the 11-tap undilated ones paid for theirs (the bench sentence 3.49 s without any of the
