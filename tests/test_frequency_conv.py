@@ -162,17 +162,21 @@ def test_a_records_measured_decisions_replace_the_heuristic():
         assert not frequency_domain_convs(AVX2, "full")  # measured direct everywhere: not even AVX2 takes it
 
 
-def test_the_heuristic_takes_the_shapes_the_zen_4_measured_faster():
-    """The claim behind the AVX-512 heuristic (pipeline.frequency_domain_convs): the committed Zen 4 record's
-    measured choice, shape by shape, is the heuristic's (a re-tune that disagrees must revisit the heuristic)."""
+def test_the_heuristic_takes_only_shapes_the_zen_4_measured_faster():
+    """The claim behind the AVX-512 heuristic (pipeline.frequency_domain_convs): every shape the heuristic takes,
+    the committed Zen 4 record took too, with the same tiles (shapes at the 3% margin may join the record's
+    between runs; a re-tune that drops one of the heuristic's must revisit the heuristic)."""
     from kokoro_tvm.compiler.passes.frequency_conv import MEASURED_TILINGS
     from kokoro_tvm.compiler.tuning.record import TuningRecord
     from kokoro_tvm.paths import TUNING_RECORDS
 
     record = TuningRecord.load(TUNING_RECORDS / "amd-f25-m17-2ebdda08.json")
-    assert len(record.frequency) == 12 and any(record.frequency.values())
+    assert len(record.frequency) == 12  # the decoder's shapes of 7 or 11 taps, each dilation, 128 or 256 channels
+    taken = []
     for key, tiles in record.frequency.items():
         channels, taps, dilation = (int(part[1:]) for part in key.split("-"))
         heuristic = tiling(taps, dilation, channels)
-        assert (tuple(tiles) if tiles else None) == heuristic, key
-        assert heuristic is None or heuristic == MEASURED_TILINGS[dilation]
+        if heuristic is not None:
+            assert tiles is not None and tuple(tiles) == heuristic == MEASURED_TILINGS[dilation], key
+            taken.append(key)
+    assert len(taken) == 4, taken  # 128 channels: 11 taps undilated and at dilation 3, 7 undilated; 256: 11 undilated

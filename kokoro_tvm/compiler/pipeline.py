@@ -205,7 +205,7 @@ def frequency_domain_convs(target, precision: str) -> bool:
     passes.frequency_conv.chosen_tiling): in full-precision builds for a CPU (bf16 / int8 builds pack those convs
     instead) whose tuning record in use measured them faster for some conv shape, or, where no record measured
     them, an x86 CPU with AVX2 or AVX-512, where the heuristic's shapes were measured faster (the Zen 2; the Zen 4's
-    tuner chose the same four); NEON and SSE targets keep the direct kernel (`python -m
+    tuner took all four); NEON and SSE targets keep the direct kernel (`python -m
     kokoro_tvm.studies.frequency_convs` forces it)."""
     if target is None or _target(target).kind.name != "llvm" or check_arithmetic(precision) != "full":
         return False

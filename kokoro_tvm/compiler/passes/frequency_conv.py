@@ -41,7 +41,7 @@ from kokoro_tvm.compiler.tuning import record as tuning
 
 # The heuristic, for a CPU whose tuning record did not time these convs. Per dilation: (fewest taps taken, DFT points
 # N, outputs per tile m), with N - m + 1 >= the kernel's span and m a whole number of 16-column tiles. On a 2-core
-# Zen 2 (the Zen 4's tuner, within its spectra budget, chose the same shapes), against the direct kernel, one conv
+# Zen 2 (the Zen 4's tuner took each of these shapes too), against the direct kernel, one conv
 # at a time (`python -m kokoro_tvm.studies.frequency_convs --all`; NOTES/performance.md): undilated 11 taps
 # 1.6-1.8x, 7 taps 1.1x; 11 taps at dilation 3 1.1-1.4x; 3 taps, and 7 taps dilated, slower; 11 at dilation 5
 # within 15%.

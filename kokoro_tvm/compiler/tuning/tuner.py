@@ -197,13 +197,13 @@ def imported(model, component: str):
         return add_tile_count(to_relax(export_symbolic(model, shape), keep_params_as_input=True))
 
 
-def legalized(mod, component: str, precision: str, target, decided: TuningRecord | None = None, frequency=None):
+def legalized(mod, component: str, precision: str, target, decided: TuningRecord | None = None, frequency_convs=None):
     """`mod` (imported) with `precision`'s rewrites applied to a copy, lifted, legalized and fused as a build
     does, under `decided` (the frequency-domain decisions made so far; None: heuristics) and with no tile
-    choices: every packed conv stays packed, so that its class is measured. `frequency`: force the
-    frequency-domain convs on or off (None: as `decided` says)."""
+    choices: every packed conv stays packed, so that its class is measured. `frequency_convs`: force the
+    frequency-domain convs on or off (None: as `decided`, or the heuristic, says)."""
     with using(decided):
-        mod = lift_weight_transforms(mod, component, precision, target, frequency_convs=frequency)
+        mod = lift_weight_transforms(mod, component, precision, target, frequency_convs=frequency_convs)
         with tvm.target.Target(target):
             for _, passes in phases(target)[:3]:  # rewrite, dispatch, legalize
                 mod = tvm.transform.Sequential(passes)(mod)
@@ -256,15 +256,15 @@ def steps_at_measured_length(length) -> int:
 
 
 def contraction_classes(modules: dict, target, arithmetics, decided: TuningRecord) -> dict:
-    """{(component, arithmetic): classes} of the builds `decided` gives, and under (None, "twins") the direct
-    float32 convs' classes that the frequency domain took out of the fp32 build: a packed conv class is compared
-    with its float32 twin (packed_choices), and a packed build falls back to the direct conv, not that one."""
+    """{(component, arithmetic): classes} of the builds `decided` gives, and, where a packed precision is tuned,
+    under (None, "twins") the decoder's direct float32 conv classes that no fp32 build measured (the frequency
+    domain took them out of it, or fp32 is not tuned): a packed conv class is compared with its float32 twin
+    (packed_choices), and a packed build falls back to the direct conv, not the frequency-domain one."""
     found = {}
     for component, mod in modules.items():
         for arithmetic in dict.fromkeys(build_precision(component, a) for a in arithmetics):
             found[component, arithmetic] = contraction_functions(legalized(mod, component, arithmetic, target, decided))
-    packed = any(a != "full" for a in arithmetics)
-    if packed and any(decided.frequency.values()) and "decoder" in modules:
+    if any(a != "full" for a in arithmetics) and "decoder" in modules:
         direct = contraction_functions(legalized(modules["decoder"], "decoder", "full", target, None, False))
         taken = {k for (_, a), classes in found.items() if a == "full" for k in classes}
         found[None, "twins"] = {k: v for k, v in direct.items() if k not in taken}
