@@ -22,7 +22,6 @@ from kokoro_tvm.timing import interleaved, set_threads
 # (channels, steps): the generator's two resblock stages at 96 frames
 STAGES = ((128, 11520), (256, 1920))
 KERNELS = ((11, 1), (7, 1), (3, 1), (11, 3), (7, 3), (11, 5), (7, 5))  # (taps, dilation)
-FORCED_TILINGS = {1: (64, 48), 3: (128, 96), 5: (128, 64)}  # --all: a tile for each dilation (span <= N - m + 1)
 
 
 def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forced: bool = False) -> dict:
@@ -37,7 +36,8 @@ def compare(channels: int, steps: int, taps: int, dilation: int, runs: int, forc
     want = torch.nn.functional.conv1d(
         torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=padding, dilation=dilation
     ).numpy()
-    tiling = (lambda _taps, d, _channels, _length=None: FORCED_TILINGS.get(d)) if forced else None
+    # --all: the tile the tuner times for each dilation (span <= N - m + 1), whatever the taps
+    tiling = (lambda _taps, d, _channels, _length=None: frequency_conv.MEASURED_TILINGS.get(d)) if forced else None
     runners, record = {}, {"channels": channels, "steps": steps, "taps": taps, "dilation": dilation}
     for name, on in (("direct", False), ("frequency", True)):
         lifted = lift_weight_transforms(
