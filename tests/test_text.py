@@ -124,3 +124,34 @@ def test_letters_outside_the_latin_script_are_found_and_warned_about(caplog):
     with caplog.at_level("WARNING", logger="kokoro_tvm.frontend.text"):
         prepare(text="hello there")
     assert "outside the Latin script" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("text", "dropped"),
+    [
+        ("I give it a ★ today.", ["★"]),  # no name in espeak-ng: misaki gives it no phonemes
+        ("x ^ y and a | b", ["^", "|"]),
+        ("a < b", ["<"]),
+    ],
+)
+def test_symbols_no_g2p_reads_are_recorded_and_warned_about_not_dropped_silently(caplog, text, dropped):
+    from kokoro_tvm.frontend.text import phonemize
+
+    with caplog.at_level("WARNING", logger="kokoro_tvm.frontend.text"):
+        found = phonemize(text)
+    assert list(found.unspoken) == dropped
+    assert f"{len(dropped)} word(s) or symbol(s) no G2P can read are not spoken: {' '.join(dropped)}" in caplog.text
+
+
+def test_symbols_read_by_name_are_said_and_ordinary_punctuation_is_not_reported(caplog):
+    from kokoro_tvm.frontend.text import phonemize, symbols
+
+    assert symbols("I ♥ it, ♥ 🙂 + 5 € & #") == ["♥", "🙂"]  # pictographs only: +, €, &, # are read as words
+    with caplog.at_level("WARNING", logger="kokoro_tvm.frontend.text"):
+        found = phonemize("I ♥ it.")
+    assert found.unspoken == () and "hˈɑɹt" in found.phonemes
+    assert "1 symbol(s) are read by name: ♥ as 'hˈɑɹt sˈut'" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="kokoro_tvm.frontend.text"):
+        found = phonemize('"Well," she said (twice) - 5 + 3 = 8 & more.')
+    assert found.unspoken == () and "symbol" not in caplog.text

@@ -4,8 +4,8 @@ G2P follows Kokoro's own pipeline (`kokoro.KPipeline`), by the language code a v
 (kokoro_tvm.frontend.g2p): misaki's English G2P for "a" (American, the default) and "b" (British), espeak-ng for
 e, f, h, i, p. For English the phonemes are exactly KPipeline's: the text is split at line breaks as KPipeline
 does, each part phonemized by misaki and joined the way KPipeline joins tokens. Raw phoneme strings are accepted
-too. Nothing is dropped or truncated: symbols outside the vocab raise `UnknownSymbolError`, a word no G2P can
-read is warned about and recorded, and text longer than one utterance (510 phonemes) is split at sentence, then
+too. Nothing is dropped or truncated: symbols outside the vocab raise `UnknownSymbolError`, a word or symbol no
+G2P can read is warned about and recorded, and text longer than one utterance (510 phonemes) is split at sentence, then
 punctuation, then word boundaries into chunks whose audio is concatenated.
 """
 
@@ -32,6 +32,9 @@ CLAUSE_END = frozenset(",;:—…")
 SYLLABIC_CONSONANT = re.compile("(\\S)\u0329")
 # Symbols that carry no sound of their own: an input made only of these says nothing.
 SILENT_SYMBOLS = frozenset(";:,.!?—…\"()“” \t\n'-«»")
+# Punctuation that is read aloud where the G2P knows it ("#" hash, "&" and, "@" at): like letters, digits and
+# symbols (★, ^, |, <, emoji), an input that holds one means something, so a G2P that gives it no sound drops it.
+READ_PUNCTUATION = frozenset("#%&*@/\\§¶†‡")
 
 
 class TextError(InputError):
@@ -66,10 +69,29 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Phonemized:
-    """The phonemes of a text, and the words (if any) that no G2P could read: those are not spoken."""
+    """The phonemes of a text, and the words or symbols (if any) that no G2P could read: those are not spoken."""
 
     phonemes: str
     unspoken: tuple[str, ...] = ()
+
+
+def _means_something(text: str) -> bool:
+    """A letter, a digit, a symbol or punctuation that is read aloud: what a listener expects to hear."""
+    return any(ch.isalnum() or unicodedata.category(ch)[0] == "S" or ch in READ_PUNCTUATION for ch in text)
+
+
+def _sounds(phonemes: str) -> bool:
+    return any(ch not in SILENT_SYMBOLS for ch in phonemes)
+
+
+def symbols(text: str) -> list[str]:
+    """Pictographs and other symbols (★, ♥, ©, emoji; Unicode category So), each once in order of appearance: the
+    English G2P reads them by name where espeak-ng has one ('♥' heart suit) and drops the others."""
+    found = []
+    for ch in text:
+        if unicodedata.category(ch) == "So" and ch not in found:
+            found.append(ch)
+    return found
 
 
 def foreign_letters(text: str) -> list[str]:
@@ -88,6 +110,7 @@ def phonemize(text: str, language: str = DEFAULT_LANGUAGE) -> Phonemized:
     if not text.strip():
         raise EmptyTextError(f"nothing to say: the text {text!r} is empty")
     unspoken: list[str] = []
+    named: list[str] = []
     if language in g2p.ENGLISH:
         foreign = foreign_letters(text)
         if foreign:
@@ -102,13 +125,18 @@ def phonemize(text: str, language: str = DEFAULT_LANGUAGE) -> Phonemized:
             if not line.strip():
                 continue
             tokens = g2p.english_tokens(line, british=language == "b")
-            unspoken += [t.text for t in tokens if not t.phonemes and any(ch.isalnum() for ch in t.text)]
+            unspoken += [t.text for t in tokens if _means_something(t.text) and not _sounds(t.phonemes or "")]
+            named += [f"{t.text} as {t.phonemes!r}" for t in tokens if symbols(t.text) and _sounds(t.phonemes or "")]
             parts.append(g2p.tokens_to_phonemes(tokens))
         phonemes = " ".join(p for p in parts if p)
+        if named:
+            log.warning("%d symbol(s) are read by name: %s", len(named), ", ".join(named[:10]))
     else:
         phonemes = g2p.other_language_phonemes(text, language)
     if unspoken:
-        log.warning("%d word(s) no G2P can read are not spoken: %s", len(unspoken), " ".join(unspoken[:10]))
+        log.warning(
+            "%d word(s) or symbol(s) no G2P can read are not spoken: %s", len(unspoken), " ".join(unspoken[:10])
+        )
     phonemes = _without_silent_marks(SYLLABIC_CONSONANT.sub("ᵊ\\1", " ".join(phonemes.split())))
     _require_sound(phonemes, f"the text {text!r}")
     return Phonemized(phonemes, tuple(unspoken))

@@ -32,6 +32,7 @@ from kokoro_tvm.frontend.text import (
     phonemize,
     planned_limit,
     prepare,
+    symbols,
     tokenize,
 )
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
@@ -118,7 +119,8 @@ class _Request:
             "language": self.language if text is not None else None,
             "g2p": g2p_name(self.language) if text is not None else "phonemes given",
             "foreign_letters": "".join(foreign_letters(text)) if text else "",  # named, not read: see the phonemes
-            "unspoken": list(self.unspoken),  # words no G2P could read (warned about)
+            "symbols": "".join(symbols(text)) if text else "",  # read by name, or listed in unspoken
+            "unspoken": list(self.unspoken),  # words or symbols no G2P could read (warned about)
             "voice": self.pack.name,
             "voice_source": self.pack.source,
             "speed": self.speed,
