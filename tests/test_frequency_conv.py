@@ -90,6 +90,23 @@ def test_the_weight_work_is_lifted_and_the_rows_padded():
     assert _rel_l2(got, x, w, 1) <= REL_L2
 
 
+@pytest.mark.parametrize("rows", [None, 6])
+def test_half_spectra_give_the_same_conv(rows):
+    """The 256-channel convs' form (frequency_conv.HALF_SPECTRA_ABOVE), forced on 64 channels: [Gr, -Gi] per bin,
+    half the [[Gr, -Gi], [Gi, Gr]] block, and three forward rows a bin; with 6-row register tiles (AVX2) each
+    half's rows are padded from 64 to 66. At a length of several tiles and at one shorter than a tile."""
+    lifted = FrequencyDomainConvs(rows=rows, halved_above=0)(_conv_module(tvm.tirx.Var("n", "int64"), 11, 1))
+    lifted = relax.transform.LiftTransformParams()(lifted)
+    transform = lifted[TRANSFORM_PARAMS].script()
+    assert f"(33, {66 if rows else 64}, 128)" in transform and "(33, 132, 128)" not in transform
+    assert "R.Tensor((64, 99, " in lifted["main"].script()  # the forward DFT: Re, Im, -Re of 33 bins
+    w = _inputs(1, 11)[1]
+    runner = compile_and_load(lifted, params=[w], transform_params=TRANSFORM_PARAMS)
+    for seed, steps in enumerate((301, 40)):
+        x = _inputs(steps, 11, seed=seed + 1)[0]
+        assert _rel_l2(runner(x)[0], x, w, 1) <= REL_L2, steps
+
+
 def test_the_work_before_the_conv_stays_out_of_the_frames():
     """A Snake before the conv is computed once per sample in its own kernel; the frames only gather (fused into
     the frames it ran 4/3 times per sample). Values as the conv of the Snake, in float64."""

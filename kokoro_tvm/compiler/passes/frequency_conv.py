@@ -14,6 +14,10 @@ which the product's O-fold reuse pays for when k is long. Each step is a contrac
     inverse   y[o, t, q] = sum_(b, s) Y[b, s O' + o, t] E[2b + s, q] q < m: the valid outputs of tile t
 
 (O' >= O: on AVX2 each half of the product's rows is padded with zero rows to whole 6-row register tiles.)
+A conv wider than HALF_SPECTRA_ABOVE channels keeps half those spectra, W[b] = [Gr, -Gi] (O' x 2C), and its
+forward DFT gives three rows per bin, Re, Im and -Re (j = 3 b + u), so that both halves of the product read the
+same weights: Y[b, h O' + o, t] = sum_(s, c) W[b, o, s C + c] X[c, 3b + h + s, t] is Gr Re - Gi Im for h = 0 and
+Gr Im + Gi Re for h = 1, the -Re row carrying the sign.
 
 G = conj(DFT(w)) per channel pair (a correlation, as conv1d computes) is computed from the weights alone, so
 `lift_weight_transforms` makes it once, at load. The values are the conv's to float32 rounding (about 4e-7 of
@@ -50,6 +54,11 @@ TILINGS = {1: (7, 64, 48), 3: (11, 128, 96)}
 # in the decoder only the 11-tap undilated ones paid for theirs (the bench sentence 3.49 s without any of the
 # 256-channel ones, 3.31 s with those, 3.23 s with all, for 1.59 / 1.73 / 2.09 GB peak memory).
 WIDE_CHANNELS, WIDE_TILINGS = 128, {1: (11, 64, 48)}
+# Half spectra, for 3 forward rows a bin instead of 2 (module docstring): on the Zen 4 (2 threads, each conv shape of
+# the decoder at its length of 256 frames, interleaved) as fast as the whole ones at 256 channels (15.6 against 15.7
+# ms for 11 taps, 15.7 / 15.8 for 7, 20.0 / 20.6 at dilation 3), where the weights are read at every call, and 5-15%
+# slower at 128 channels (33.1 / 31.4 ms, 34.0 / 29.5 for 7 taps), whose 4x longer inputs make the forward DFT weigh.
+HALF_SPECTRA_ABOVE = 128
 MIN_CHANNELS = 64  # narrower convs (the 22-channel harmonic one) stay direct: not measured, the DFTs weigh more
 TILE_COLUMNS = 16  # the tile axis T in whole column tiles of the contraction kernel
 # What the tuner times against the direct kernel (kokoro_tvm.compiler.tuning.frequency), per dilation: a tile whose
@@ -101,6 +110,17 @@ def dft_matrices(points: int, step: int) -> tuple[np.ndarray, np.ndarray]:
     return forward, inverse
 
 
+def spectrum_floats(channels: int, points: int) -> int:
+    """The floats of one conv's kernel spectra, `channels` in and out: B x 2O x 2C, or half that (module docstring)."""
+    return (points // 2 + 1) * (2 if channels > HALF_SPECTRA_ABOVE else 4) * channels**2
+
+
+def forward_rows(forward: np.ndarray) -> np.ndarray:
+    """[3B, N]: D's rows per bin b as Re, Im, -Re, for a product from half spectra (module docstring)."""
+    real, imag = forward[0::2], forward[1::2]
+    return np.stack([real, imag, -real], axis=1).reshape(3 * len(real), forward.shape[1])
+
+
 def kernel_spectra(taps: int, dilation: int, points: int) -> tuple[np.ndarray, np.ndarray]:
     """[k, B] cos and sin of tap j's phase at bin b (tap j sits at j * dilation): conj(DFT(w)) = w @ cos + i w @ sin."""
     phase = 2 * np.pi * np.outer(np.arange(taps) * dilation, np.arange(points // 2 + 1)) / points
@@ -126,16 +146,18 @@ def _forward(dft: te.Tensor, frames: te.Tensor) -> te.Tensor:
     return te.compute(shape, lambda c, j, t: te.sum(dft[j, n] * frames[c, n, t], axis=n), name="forward_dft")
 
 
-def _product(weights: te.Tensor, spectra: te.Tensor) -> te.Tensor:
-    """Y[b, r, t] = sum_(s, c) W[b, r, s C + c] X[c, 2 b + s, t]: each bin's complex product as one real one."""
-    channels = spectra.shape[0]
+def _product(weights: te.Tensor, spectra: te.Tensor, halves: int) -> te.Tensor:
+    """Y[b, r, t] = sum_(s, c) W[b, r, s C + c] X[c, 2 b + s, t]: each bin's complex product as one real one; from
+    half spectra (`halves` = 2), Y[b, h O' + o, t] = sum_(s, c) W[b, o, s C + c] X[c, 3 b + h + s, t]."""
+    channels, rows = spectra.shape[0], weights.shape[1]
     s, c = te.reduce_axis((0, 2), name="s"), te.reduce_axis((0, channels), name="c")
-    shape = (weights.shape[0], weights.shape[1], spectra.shape[2])
-    return te.compute(
-        shape,
-        lambda b, r, t: te.sum(weights[b, r, s * channels + c] * spectra[c, 2 * b + s, t], axis=[s, c]),
-        name="spectral_product",
-    )
+
+    def value(b, r, t):
+        if halves == 1:
+            return te.sum(weights[b, r, s * channels + c] * spectra[c, 2 * b + s, t], axis=[s, c])
+        return te.sum(weights[b, r % rows, s * channels + c] * spectra[c, 3 * b + r // rows + s, t], axis=[s, c])
+
+    return te.compute((weights.shape[0], halves * rows, spectra.shape[2]), value, name="spectral_product")
 
 
 def _inverse(products: te.Tensor, idft: te.Tensor, outputs: int) -> te.Tensor:
@@ -180,46 +202,62 @@ def _chosen(call, mutator, choose):
     return None if chosen is None or left + right != span - 1 else (*chosen, dilation, left)
 
 
-def _in_frequency_domain(call, mutator, choose, rows: int | None):
+def _kernel_spectra(emit, w, points: int, dilation: int, rows: int | None, halves: int):
+    """The product's weights from the conv's: [B, 2O', 2C] = [[Gr, -Gi], [Gi, Gr]] per bin, or [B, O', 2C] =
+    [Gr, -Gi] where `halves` = 2, with zero rows so that each half fills whole register tiles of `rows`."""
+    outputs, _, taps = static_shape(w)
+    cos, sin = (relax.const(m.astype("float32")) for m in kernel_spectra(taps, dilation, points))
+    real = emit(relax.op.permute_dims(relax.op.matmul(w, cos), [2, 0, 1]))  # [B, O, C]
+    imag = emit(relax.op.permute_dims(relax.op.matmul(w, sin), [2, 0, 1]))
+    if halves == 2:
+        extra = -outputs % rows if rows else 0
+        top = emit(relax.op.concat([real, relax.op.negative(imag)], axis=2))
+        return emit(relax.op.nn.pad(top, pad_width=[0, 0, 0, extra, 0, 0])) if extra else top
+    if extra := (-outputs % (rows // math.gcd(rows, 2)) if rows else 0):
+        real, imag = (emit(relax.op.nn.pad(v, pad_width=[0, 0, 0, extra, 0, 0])) for v in (real, imag))
+    top = relax.op.concat([real, relax.op.negative(imag)], axis=2)
+    return emit(relax.op.concat([top, relax.op.concat([imag, real], axis=2)], axis=1))
+
+
+def _in_frequency_domain(call, mutator, choose, rows: int | None, halved_above: int):
     """The conv1d `call` as overlap-save DFT products (module docstring), or the call itself."""
     chosen = _chosen(call, mutator, choose)
     if chosen is None:
         return call
     points, step, dilation, left = chosen
     x, w = call.args
-    outputs, channels, taps = static_shape(w)
+    outputs, channels, _ = static_shape(w)
     length = shape_of(x)[2]
     builder = mutator.builder_
-    emit = builder.emit
-    cos, sin = (relax.const(m.astype("float32")) for m in kernel_spectra(taps, dilation, points))
-    real = emit(relax.op.permute_dims(relax.op.matmul(w, cos), [2, 0, 1]))  # [B, O, C]
-    imag = emit(relax.op.permute_dims(relax.op.matmul(w, sin), [2, 0, 1]))
-    # zero rows so that the product's 2 O' rows fill whole register tiles of `rows`
-    if extra := (-outputs % (rows // math.gcd(rows, 2)) if rows else 0):
-        real, imag = (emit(relax.op.nn.pad(v, pad_width=[0, 0, 0, extra, 0, 0])) for v in (real, imag))
-    top = relax.op.concat([real, relax.op.negative(imag)], axis=2)
-    product = emit(relax.op.concat([top, relax.op.concat([imag, real], axis=2)], axis=1))  # [B, 2O', 2C]
-    forward, inverse = (relax.const(m.astype("float32")) for m in dft_matrices(points, step))
+    halves = 2 if max(outputs, channels) > halved_above else 1
+    product = _kernel_spectra(builder.emit, w, points, dilation, rows, halves)
+    forward, inverse = dft_matrices(points, step)
+    forward, inverse = (
+        relax.const(m.astype("float32")) for m in (forward_rows(forward) if halves == 2 else forward, inverse)
+    )
     block = TILE_COLUMNS * step
     tiles = (length + block - 1) // block * TILE_COLUMNS
     frames = builder.emit_te(_frames, x, points, step, tiles, left, primfunc_name_hint="frames")
     _keep_producers_out(builder, frames)
     spectra = builder.emit_te(_forward, forward, frames, primfunc_name_hint="forward_dft")
-    mixed = builder.emit_te(_product, product, spectra, primfunc_name_hint="spectral_product")
+    mixed = builder.emit_te(_product, product, spectra, halves, primfunc_name_hint="spectral_product")
     full = builder.emit_te(_inverse, mixed, inverse, outputs, primfunc_name_hint="inverse_dft")
-    full = emit(relax.op.reshape(full, (1, outputs, tiles * step)))
+    full = builder.emit(relax.op.reshape(full, (1, outputs, tiles * step)))
     return relax.op.strided_slice(full, axes=[2], begin=[0], end=[length], assume_inbound=True)
 
 
-def FrequencyDomainConvs(choose=None, rows: int | None = None):  # noqa: N802 (TVM pass naming)
+def FrequencyDomainConvs(  # noqa: N802 (TVM pass naming)
+    choose=None, rows: int | None = None, halved_above: int = HALF_SPECTRA_ABOVE
+):
     """Every float32 conv1d (one utterance, stride 1, no groups, output as long as the input, 64 channels or
     more) by a kernel computed from the function's weights alone for whose taps, dilation, channels and length
-    `choose` (default: `chosen_tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs. `rows`: the
-    register tile's rows where the product's rows are padded to whole tiles (pipeline.aligned_conv_rows)."""
+    `choose` (default: `chosen_tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs, from half
+    spectra where the conv is wider than `halved_above` channels. `rows`: the register tile's rows where the
+    product's rows are padded to whole tiles (pipeline.aligned_conv_rows)."""
     choose = choose or chosen_tiling
     return call_rewriting_pass(
         "FrequencyDomainConvs",
         "relax.nn.conv1d",
-        lambda call, m: _in_frequency_domain(call, m, choose, rows),
+        lambda call, m: _in_frequency_domain(call, m, choose, rows, halved_above),
         with_mutator=True,
     )

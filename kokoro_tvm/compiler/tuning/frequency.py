@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tvm import relax
 
-from kokoro_tvm.compiler.passes.frequency_conv import conv_key, measured_tiling
+from kokoro_tvm.compiler.passes.frequency_conv import conv_key, measured_tiling, spectrum_floats
 from kokoro_tvm.compiler.pipeline import lift_weight_transforms
 from kokoro_tvm.compiler.tuning.record import using
 
@@ -100,9 +100,9 @@ def decide(shape: ConvShape, seconds: dict[str, float], margin: float) -> list[i
 
 
 def spectrum_bytes(shape: ConvShape) -> int:
-    """The kernel spectra of every conv of `shape` in the frequency domain: B = N / 2 + 1 bins of 2O x 2C floats."""
+    """The bytes of the kernel spectra of every conv of `shape` (frequency_conv.spectrum_floats)."""
     points, _ = measured_tiling(shape.taps, shape.dilation)
-    return shape.convs * (points // 2 + 1) * (2 * shape.channels) ** 2 * 4
+    return shape.convs * spectrum_floats(shape.channels, points) * 4
 
 
 def within_budget(
