@@ -57,7 +57,7 @@ WIDE_CHANNELS, WIDE_TILINGS = 128, {1: (11, 64, 48)}
 # Half spectra, for 3 forward rows a bin instead of 2 (module docstring): on the Zen 4 (2 threads, each conv shape of
 # the decoder at its length of 256 frames, interleaved) as fast as the whole ones at 256 channels (15.6 against 15.7
 # ms for 11 taps, 15.7 / 15.8 for 7, 20.0 / 20.6 at dilation 3), where the weights are read at every call, and 5-15%
-# slower at 128 channels (33.1 / 31.4 ms, 34.0 / 29.5 for 7 taps), whose 4x longer inputs make the forward DFT weigh.
+# slower at 128 channels (33.1 / 31.4 ms, 34.0 / 29.5 for 7 taps), whose 6x longer inputs make the forward DFT weigh.
 HALF_SPECTRA_ABOVE = 128
 MIN_CHANNELS = 64  # narrower convs (the 22-channel harmonic one) stay direct: not measured, the DFTs weigh more
 TILE_COLUMNS = 16  # the tile axis T in whole column tiles of the contraction kernel
