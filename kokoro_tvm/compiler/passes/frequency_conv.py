@@ -17,7 +17,7 @@ which the product's O-fold reuse pays for when k is long. Each step is a contrac
 A conv wider than HALF_SPECTRA_ABOVE channels keeps half those spectra, W[b] = [Gr, -Gi] (O' x 2C), and its
 forward DFT gives three rows per bin, Re, Im and -Re (j = 3 b + u), so that both halves of the product read the
 same weights: Y[b, h O' + o, t] = sum_(s, c) W[b, o, s C + c] X[c, 3b + h + s, t] is Gr Re - Gi Im for h = 0 and
-Gr Im + Gi Re for h = 1, the -Re row carrying the sign.
+Gr Im + Gi Re for h = 1, the -Re row carrying the sign (on AVX2 the 3B rows are padded to whole 6-row tiles).
 
 G = conj(DFT(w)) per channel pair (a correlation, as conv1d computes) is computed from the weights alone, so
 `lift_weight_transforms` makes it once, at load. The values are the conv's to float32 rounding (about 4e-7 of
@@ -232,9 +232,10 @@ def _in_frequency_domain(call, mutator, choose, rows: int | None, halved_above: 
     halves = 2 if max(outputs, channels) > halved_above else 1
     product = _kernel_spectra(builder.emit, w, points, dilation, rows, halves)
     forward, inverse = dft_matrices(points, step)
-    forward, inverse = (
-        relax.const(m.astype("float32")) for m in (forward_rows(forward) if halves == 2 else forward, inverse)
-    )
+    if halves == 2:  # three rows a bin, zero rows after them to whole register tiles of `rows` (AVX2: 99 -> 102)
+        forward = forward_rows(forward)
+        forward = np.pad(forward, [(0, -len(forward) % rows if rows else 0), (0, 0)])
+    forward, inverse = (relax.const(m.astype("float32")) for m in (forward, inverse))
     block = TILE_COLUMNS * step
     tiles = (length + block - 1) // block * TILE_COLUMNS
     frames = builder.emit_te(_frames, x, points, step, tiles, left, primfunc_name_hint="frames")
