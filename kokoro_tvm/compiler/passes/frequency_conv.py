@@ -202,7 +202,7 @@ def _chosen(call, mutator, choose):
     return None if chosen is None or left + right != span - 1 else (*chosen, dilation, left)
 
 
-def _kernel_spectra(emit, w, points: int, dilation: int, rows: int | None, halves: int):
+def _product_weights(emit, w, points: int, dilation: int, rows: int | None, halves: int):
     """The product's weights from the conv's: [B, 2O', 2C] = [[Gr, -Gi], [Gi, Gr]] per bin, or [B, O', 2C] =
     [Gr, -Gi] where `halves` = 2, with zero rows so that each half fills whole register tiles of `rows`."""
     outputs, _, taps = static_shape(w)
@@ -230,7 +230,7 @@ def _in_frequency_domain(call, mutator, choose, rows: int | None, halved_above: 
     length = shape_of(x)[2]
     builder = mutator.builder_
     halves = 2 if max(outputs, channels) > halved_above else 1
-    product = _kernel_spectra(builder.emit, w, points, dilation, rows, halves)
+    product = _product_weights(builder.emit, w, points, dilation, rows, halves)
     forward, inverse = dft_matrices(points, step)
     if halves == 2:  # three rows a bin, zero rows after them to whole register tiles of `rows` (AVX2: 99 -> 102)
         forward = forward_rows(forward)
