@@ -20,7 +20,7 @@ from kokoro_tvm.compiler.passes.frequency_conv import conv_key, measured_tiling,
 from kokoro_tvm.compiler.pipeline import lift_weight_transforms
 from kokoro_tvm.compiler.tuning.record import using
 
-# The kernel spectra a build keeps in memory (B x 2O x 2C floats per conv, half that above 256 channels; made at load):
+# The kernel spectra a build keeps in memory (B x 2O x 2C floats per conv, half that above 128 channels; made at load):
 # at most about the model's own float32 weights (82 M parameters, 327 MB). On the Zen 4, with whole spectra, every
 # winning shape together took 860 MB and the cold `kokoro-tvm say --precision fp32` went from 594 MB to 1.41 GB; with
 # half spectra at 256 channels a 448 MB budget would take all but one winner (427 MB): fp32 2.24 s against 2.37 s on
