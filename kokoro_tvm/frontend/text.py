@@ -87,21 +87,13 @@ def _sounds(phonemes: str) -> bool:
 def symbols(text: str) -> list[str]:
     """Pictographs and other symbols (★, ♥, ©, emoji; Unicode category So), each once in order of appearance: the
     English G2P reads them by name where espeak-ng has one ('♥' heart suit) and drops the others."""
-    found = []
-    for ch in text:
-        if unicodedata.category(ch) == "So" and ch not in found:
-            found.append(ch)
-    return found
+    return list(dict.fromkeys(ch for ch in text if unicodedata.category(ch) == "So"))
 
 
 def foreign_letters(text: str) -> list[str]:
     """Letters outside the Latin script (Chinese, Cyrillic, Greek, ...), each once in order of appearance. The
     English G2P does not read them: its espeak-ng fallback names them instead ("Chinese letter", ...)."""
-    found = []
-    for ch in text:
-        if ch.isalpha() and "LATIN" not in unicodedata.name(ch, "") and ch not in found:
-            found.append(ch)
-    return found
+    return list(dict.fromkeys(ch for ch in text if ch.isalpha() and "LATIN" not in unicodedata.name(ch, "")))
 
 
 def phonemize(text: str, language: str = DEFAULT_LANGUAGE) -> Phonemized:
