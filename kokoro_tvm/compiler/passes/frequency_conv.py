@@ -50,9 +50,9 @@ from kokoro_tvm.compiler.tuning import record as tuning
 # 1.6-1.8x, 7 taps 1.1x; 11 taps at dilation 3 1.1-1.4x; 3 taps, and 7 taps dilated, slower; 11 at dilation 5
 # within 15%.
 TILINGS = {1: (7, 64, 48), 3: (11, 128, 96)}
-# A conv wider than WIDE_CHANNELS has a spectrum of 35-69 MB (B x 2O x 2C floats), read from memory at every call:
-# in the decoder only the 11-tap undilated ones paid for theirs (the bench sentence 3.49 s without any of the
-# 256-channel ones, 3.31 s with those, 3.23 s with all, for 1.59 / 1.73 / 2.09 GB peak memory).
+# A conv wider than WIDE_CHANNELS had whole spectra of 35-69 MB (B x 2O x 2C floats; half since HALF_SPECTRA_ABOVE),
+# read from memory at every call: in the decoder only the 11-tap undilated ones paid for theirs (the bench sentence
+# 3.49 s without any of the 256-channel ones, 3.31 s with those, 3.23 s with all, for 1.59 / 1.73 / 2.09 GB peak).
 WIDE_CHANNELS, WIDE_TILINGS = 128, {1: (11, 64, 48)}
 # Half spectra, for 3 forward rows a bin instead of 2 (module docstring): on the Zen 4 (2 threads, each conv shape of
 # the decoder at its length of 256 frames, interleaved) as fast as the whole ones at 256 channels (15.6 against 15.7
