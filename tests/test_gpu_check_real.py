@@ -88,3 +88,52 @@ def test_scored_audio_and_durations(cpu_bundle, runner_results):
     assert row["pesq_wb_vs_pt"] >= PESQ_MIN and row["stoi_vs_pt"] >= STOI_MIN
     assert row["cpu_audio_rel_l2_vs_pt_same_inputs"] <= SAME_INPUTS_REL_L2
     assert np.isclose(row["audio_seconds"], row["frames"] * 600 / 24000)
+
+
+# The PyTorch peer's runner builds KModel from the bundle's component parameters (weight norm folded, as our
+# export folds it) with kokoro's model files from the bundle; KModel in this process on the same weights and
+# STFT (torch.stft, KModel's default and what a GPU user runs), seeded alike, runs the same float32 sums on the
+# same CPU: 0.0 measured. 1e-6 leaves room only for a thread pool that splits a reduction differently.
+SAME_MODEL_REL_L2 = 1e-6
+
+
+@pytest.fixture(scope="module")
+def torch_peer_results(cpu_bundle, runner_results):
+    """run_torch_peer.py as the bundle's run line has it, on this CPU, into the runner's results folder."""
+    folder, _ = cpu_bundle
+    out, _ = runner_results
+    command = ["run_torch_peer.py", ".", "--device", "cpu", "--out", str(out), "--runs", "1", "--warmup", "0"]
+    done = subprocess.run(
+        [sys.executable, *command],
+        cwd=folder,
+        env=dict(os.environ, PYTHONPATH="torch_peer"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "torch_peer.json").read_text())
+
+
+def test_the_torch_peer_is_kmodel_on_the_bundles_weights(cpu_bundle, torch_peer_results, runner_results):
+    import torch
+
+    from kokoro_tvm.evaluation.metrics import rel_l2
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    folder, bundle = cpu_bundle
+    out, _ = runner_results
+    assert torch_peer_results["kokoro"] == str(folder / "torch_peer" / "kokoro")  # the bundle's copy of kokoro
+    assert {row["peer"] for row in torch_peer_results["rows"]} == {"torch", "torch_bf16"}
+    (utterance,) = bundle["utterances"]
+    model, _ = load_kmodel(disable_complex=False)
+    torch.manual_seed(torch_peer_results["seed"])
+    ids = torch.tensor([utterance["input_ids"]])
+    expected, durations = model.forward_with_tokens(ids, torch.from_numpy(np.load(folder / utterance["style"])))
+    fp32 = next(row for row in torch_peer_results["rows"] if row["peer"] == "torch")
+    assert fp32["durations"] == durations.tolist() == utterance["pt_durations"]
+    assert rel_l2(expected.numpy(), np.load(out / fp32["audio"])) <= SAME_MODEL_REL_L2
+    scored = gpu_check.report(folder, out)["torch_peer"]  # the report scores the peer beside the components
+    assert [row["peer"] for row in scored] == ["torch", "torch_bf16"]
+    assert scored[0]["durations_equal_pt"] and all(row["tvm_chain_over_peer"] > 0 for row in scored)
+    assert all(np.isfinite(np.load(out / row["audio"])).all() for row in torch_peer_results["rows"])

@@ -83,14 +83,16 @@ def archive(bundle, dest, part_bytes: int) -> dict:
             info.size, info.mode = len(data), path.stat().st_mode & 0o777
             tar.addfile(info, io.BytesIO(data))
     writer.close()
-    run = json.loads((bundle / "bundle.json").read_text())["run"]
+    written = json.loads((bundle / "bundle.json").read_text())
     transfer = {
         "parts": writer.parts,
         "bytes": sum((dest / name).stat().st_size for name in writer.parts),
         "sha256": writer.digest.hexdigest(),
         "unpack": f'cat {ARCHIVE}.* > {ARCHIVE} && sha256sum {ARCHIVE} && python3 -c "import tarfile; '
         f"tarfile.open('{ARCHIVE}', 'r:xz').extractall('.', filter='data')\"",
-        "run": f"cd bundle && {run}",
+        "run": f"cd bundle && {written['run']}",
     }
+    if "torch_peer" in written:  # PyTorch on the same device and utterances (commands.gpu_torch_peer)
+        transfer["run_torch_peer"] = f"cd bundle && {written['torch_peer']['run']}"
     (dest / "transfer.json").write_text(json.dumps(transfer, indent=1))
     return transfer

@@ -4,10 +4,11 @@ and scores it).
 - `make_bundle`: speak a few utterances with the CPU fp32 build (the runtime's default symbolic-length builds),
   recording every component call (its padded inputs, tile count and outputs); build the same components for
   the device, and write a self-contained folder: the device libraries, their parameters (lossless codebook
-  compression, `pack_params`), the recorded calls, pt.dynamic's audio, and the standalone runner
-  (kokoro_tvm/runtime/bundle_runner.py, copied as run_bundle.py). With `with_runtime=True` it also carries
-  TVM's runtime (`runtime_kit`: the Python packages without the compiler library), for a machine without
-  apache-tvm; `transfer_parts` groups its files for copies of limited size.
+  compression, `pack_params`), the recorded calls, pt.dynamic's audio, the standalone runner
+  (kokoro_tvm/runtime/bundle_runner.py, copied as run_bundle.py), and what PyTorch's KModel needs to run on the
+  same device as the peer (kokoro_tvm.commands.gpu_torch_peer; its runner copied as run_torch_peer.py). With
+  `with_runtime=True` it also carries TVM's runtime (`runtime_kit`: the Python packages without the compiler
+  library), for a machine without apache-tvm; `transfer_parts` groups its files for copies of limited size.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.commands.gpu_torch_peer import add_torch_peer
 from kokoro_tvm.commands.runtime_kit import runtime_kit
 from kokoro_tvm.compiler.targets import host_target, target_for
 from kokoro_tvm.components import NAMES
@@ -30,6 +32,7 @@ from kokoro_tvm.errors import InputError, UnsupportedError
 from kokoro_tvm.frontend.corpus import load_sentences
 from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
+from kokoro_tvm.peers import kmodel_device
 from kokoro_tvm.reference.noise import noise_source
 from kokoro_tvm.runtime import bundle_device, bundle_runner
 from kokoro_tvm.runtime.buckets import DynamicLengths
@@ -142,8 +145,7 @@ def make_bundle(
     pack, noise_src = load_voice(voice or DEFAULT_VOICE), noise_source(noise)
     cases, spoken = _record(model, weights_fingerprint, folder, utterances or default_utterances(), pack, noise_src)
     libraries, build_seconds, symbolic_failures = _device_libraries(model, weights_fingerprint, device, folder, cases)
-    shutil.copyfile(bundle_runner.__file__, folder / "run_bundle.py")
-    shutil.copyfile(bundle_device.__file__, folder / "bundle_device.py")
+    _copy_runners(folder)
     bundle = {
         "format": bundle_runner.BUNDLE_FORMAT,
         "device": device,
@@ -161,6 +163,7 @@ def make_bundle(
         "utterances": spoken,
         "build_seconds": build_seconds,
         "run": f"python3 run_bundle.py . --device {device} --out results --kernels {KERNELS_RECORDED}",
+        "torch_peer": add_torch_peer(model, folder, libraries, device),
     }
     if with_runtime:
         bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit", kit_python)
@@ -178,6 +181,17 @@ def make_bundle(
             part_bytes / 2**20,
         )
     return bundle
+
+
+def _copy_runners(folder: Path) -> None:
+    """The standalone runners the bundle's run lines call: run_bundle.py beside bundle_device.py (TVM's runtime)
+    and run_torch_peer.py (PyTorch's KModel, the peer)."""
+    for module, name in (
+        (bundle_runner, "run_bundle.py"),
+        (bundle_device, "bundle_device.py"),
+        (kmodel_device, "run_torch_peer.py"),
+    ):
+        shutil.copyfile(module.__file__, folder / name)
 
 
 def _record(model, weights_fingerprint: str, folder: Path, utterances, pack, noise_src) -> tuple[list, list]:
@@ -201,6 +215,7 @@ def _record(model, weights_fingerprint: str, folder: Path, utterances, pack, noi
         reference = run_stages(model, chunk.padded_ids, style, speed=utterance.speed, noise=noise_src, stream=0)
         np.save(folder / "audio" / f"{utterance.name}-pt.npy", reference.audio.astype(np.float32))
         np.save(folder / "audio" / f"{utterance.name}-cpu.npy", stages.audio.astype(np.float32))
+        np.save(folder / "audio" / f"{utterance.name}-style.npy", np.asarray(style, np.float32))
         (decoder_inputs,) = [inputs for component, _, inputs, _, _ in recorder.calls[first:] if component == "decoder"]
         frames = int(stages.alignment.shape[0])
         same_inputs = pt_decoder_audio(model, decoder_inputs, frames)
@@ -225,6 +240,8 @@ def _record(model, weights_fingerprint: str, folder: Path, utterances, pack, noi
             dict(
                 asdict(utterance),
                 tokens=int(len(chunk.padded_ids)),
+                input_ids=list(chunk.padded_ids),
+                style=f"audio/{utterance.name}-style.npy",
                 frames=int(stages.alignment.shape[0]),
                 durations=stages.durations.tolist(),
                 pt_durations=reference.durations.tolist(),

@@ -7,7 +7,9 @@ each of them, compared with the CPU build's outputs and scored against PyTorch.
 - `score`: back here, durations from the device's duration logits against the CPU build's, and the device's
   audio against pt.dynamic (PESQ-WB, STOI) and against the CPU build (relative L2), beside the CPU build's own
   decoder against PyTorch's on the same inputs;
-- `gpu_check`: all three in one process, on a machine with the device and this project installed
+- the PyTorch peer (kokoro_tvm.commands.gpu_torch_peer): KModel on the same device and utterances, fp32 and under
+  bf16 autocast, timed by its own standalone runner (kokoro_tvm.peers.kmodel_device) and scored beside;
+- `gpu_check`: all of it in one process, on a machine with the device and this project installed
   (`kokoro-tvm gpu-check --target cuda|metal|cpu`); `--target cpu` is the check of the check, run by the tests;
 - `recorded_runs`, `symbolic_build_status`: what notebook 06 reports.
 """
@@ -24,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kokoro_tvm.commands import bundle_transfer, gpu_bundle
+from kokoro_tvm.commands import bundle_transfer, gpu_bundle, gpu_torch_peer
 from kokoro_tvm.commands.gpu_bundle import KERNELS_RECORDED, check_device, make_bundle
 from kokoro_tvm.compiler.targets import target_for
 from kokoro_tvm.components import NAMES
 from kokoro_tvm.config import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.errors import ResourceError, writable_folder
 from kokoro_tvm.paths import REPO_ROOT, outputs_dir
+from kokoro_tvm.peers import kmodel_device
 from kokoro_tvm.reference.stages import durations_from_logits
 from kokoro_tvm.runtime import bundle_runner
 from kokoro_tvm.runtime.devices import require_device
@@ -111,11 +114,19 @@ def score(folder, results_dir) -> dict:
 
 
 def gpu_check(
-    model, weights_fingerprint: str, device: str, folder, utterances=None, runs: int = 10, keep_bundle: bool = True
+    model,
+    weights_fingerprint: str,
+    device: str,
+    folder,
+    utterances=None,
+    runs: int = 10,
+    keep_bundle: bool = True,
+    torch_peer: bool | None = None,
 ) -> dict:
     """Bundle, run and score on this machine's `device` in one go; the report is written to
     folder/report.json and outputs/gpu_check/<device>.json. `keep_bundle=False` removes the bundle (mostly
-    parameters, 100+ MB) once scored."""
+    parameters, 100+ MB) once scored; `torch_peer` (default: on a GPU) runs KModel on the same device and
+    utterances too (kokoro_tvm.peers.kmodel_device; on the CPU, `kokoro-tvm bench` has that peer)."""
 
     check_device(device)
     if device != "cpu":
@@ -126,6 +137,8 @@ def gpu_check(
         bundle_runner.run_bundle(
             folder / "bundle", device, runs=runs, out_dir=folder / "results", kernels=KERNELS_RECORDED
         )
+        if torch_peer or (torch_peer is None and device != "cpu"):
+            kmodel_device.run_peer(folder / "bundle", device, runs=runs, out_dir=folder / "results")
     result = report(folder / "bundle", folder / "results")
     (folder / "report.json").write_text(json.dumps(result, indent=1))
     if not keep_bundle:
@@ -141,6 +154,7 @@ def report(bundle_folder, results_dir) -> dict:
     with bundle_errors():
         bundle = bundle_runner.read_bundle(bundle_folder)
         results = json.loads((results_dir / "results.json").read_text())
+    utterances = score(bundle_folder, results_dir)["utterances"]
     return {
         "device": results["device"],
         "device_name": results["device_name"],
@@ -151,7 +165,8 @@ def report(bundle_folder, results_dir) -> dict:
         "tolerance_rel_l2": results["tolerance_rel_l2"],
         "all_within_tolerance": results["all_within_tolerance"],
         "components": [{k: c[k] for k in COMPONENT_FIELDS if k in c} for c in results["cases"]],
-        "utterances": score(bundle_folder, results_dir)["utterances"],
+        "utterances": utterances,
+        "torch_peer": gpu_torch_peer.score_torch_peer(bundle_folder, results_dir, utterances),
         "target": bundle["target"],
         "symbolic_failures": bundle.get("symbolic_failures", {}),
         "bundle_bytes": sum(p.stat().st_size for p in bundle_folder.rglob("*") if p.is_file()),
