@@ -287,6 +287,70 @@ def test_gpu_rules_refuse_shared_buffers_of_symbolic_size():
         tvm.compile(scheduled, target=target)
 
 
+def _interleave(batch: int):
+    """The x300 upsampling's polyphase interleave for `batch` utterances of a symbolic length (16 s frames):
+    y[b, 0, i] = x[b, i % 5, i // 5], as in the decoder's harmonic-source path."""
+
+    @T.prim_func(private=True, s_tir=True)
+    def interleave(x_handle: T.handle, y_handle: T.handle, s: T.int64):
+        T.func_attr({"tirx.noalias": True})
+        x = T.match_buffer(x_handle, (T.int64(batch), T.int64(5), s * T.int64(960) + T.int64(35)))
+        y = T.match_buffer(y_handle, (T.int64(batch), T.int64(1), s * T.int64(4800) + T.int64(175)))
+        for i0, i1, i2 in T.grid(T.int64(batch), T.int64(1), s * T.int64(4800) + T.int64(175)):
+            with T.sblock("interleave"):
+                v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+                y[v0, v1, v2] = x[v0, v2 % T.int64(5), v2 // T.int64(5)]
+
+    return interleave.with_attr("global_symbol", "main")
+
+
+def test_batched_element_wise_work_keeps_the_batch_off_the_length_index():
+    """dlight's Fallback fuses the batch with the symbolic length; for the polyphase interleave at batch 4 TVM
+    then cannot lower the index (the batch-4 decoder's CUDA build stopped there). Its schedule is refused and
+    BatchRowsOnGridY puts the batch on the grid's y axis, which compiles; at batch 1 Fallback keeps it."""
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.compiler.schedule.gpu import rules
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    with target:
+        fallback = dlight.gpu.Fallback().apply(_interleave(4), target, False)
+        with pytest.raises(tvm.error.InternalError, match="padding factor"):
+            tvm.compile(fallback.mod, target=target)
+        for batch, rule in ((1, "Fallback"), (4, "BatchRowsOnGridY")):
+            counts: dict[str, int] = {}
+            scheduled = dlight.ApplyDefaultSchedule(*rules(counts))(tvm.IRModule({"main": _interleave(batch)}))
+            (launch,) = launches_of(scheduled["main"])
+            assert counts == {rule: 1} and launch.grid[1] == batch and launch.threads_per_group == 1024, launch
+            tvm.compile(scheduled, target=target)
+
+
+def test_a_rule_whose_primitive_refuses_declines_and_the_next_rule_schedules():
+    """dlight's Matmul accepted the batch-4 decoder's strided conv and then its `pad_einsum` (and, elsewhere, its
+    own assert) refused it, which stopped the whole build; guarded, such a rule declines and the next one tries.
+    Other errors still stop the build."""
+    from tvm.s_tir import dlight
+
+    from kokoro_tvm.compiler.schedule.gpu import DeclinesWhereItCannotApply
+
+    class Refuses:
+        def __init__(self, error):
+            self.error = error
+
+        def apply(self, func, target, tunable):
+            raise self.error
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}})
+    with target:
+        scheduled = dlight.ApplyDefaultSchedule(
+            DeclinesWhereItCannotApply(Refuses(AssertionError("consumers not inlined"))), dlight.gpu.Fallback()
+        )(tvm.IRModule({"main": _interleave(1)}))
+        assert launches_of(scheduled["main"])  # Fallback bound it
+        with pytest.raises(ValueError):
+            guarded = DeclinesWhereItCannotApply(Refuses(ValueError("a bug")))
+            dlight.ApplyDefaultSchedule(guarded)(tvm.IRModule({"main": _interleave(1)}))
+
+
 @pytest.mark.parametrize("outer, inner, steps", [(2, 9, 20000), (1, 300, 40)])  # 300 columns: 3 blocks of 128
 def test_gpu_running_sum_kernel_sums_as_pytorchs_cpu_cumsum(outer, inner, steps):
     """The serial GPU running sum, its thread loops serial so that it runs here, with a float64 accumulator: bit

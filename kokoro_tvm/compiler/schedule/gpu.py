@@ -3,7 +3,8 @@
 The CPU build's Relax rewrites that change only how work is laid out (polyphase ConvTranspose, aligned conv
 lengths) are kept; `VectorizableSine` is not (it reduces the argument in float64, which Metal lacks; GPUs
 have a native vector `sin`). Every fused PrimFunc is then scheduled by dlight's GPU rules (Matmul, GEMV,
-Reduction, GeneralReduction, and Fallback, which binds any injective or leftover loop nest to threads), and
+Reduction, GeneralReduction, Fallback, which binds any injective or leftover loop nest to threads, and, where
+TVM cannot lower Fallback's schedule of batched element-wise work, our BatchRowsOnGridY: gpu_batch_rows), and
 our masked-LSTM recurrence, a serial loop the rules cannot schedule, is swapped for its hand-written GPU
 kernel (`kokoro_tvm.compiler.ops.lstm_gpu`), which is marked as already scheduled. So is every running sum
 (SineGen's phase): a serial GPU kernel with a float64 accumulator (`kokoro_tvm.compiler.ops.running_sum_gpu`)
@@ -15,13 +16,17 @@ from __future__ import annotations
 import contextlib
 import inspect
 import linecache
+import logging
 import sys
 
 import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight
 
+from kokoro_tvm.compiler.schedule.gpu_batch_rows import BatchRowsOnGridY
 from kokoro_tvm.compiler.sizes import size_analyzer
+
+log = logging.getLogger(__name__)
 
 
 def _frames_without_source_lookup(context: int = 1) -> list[inspect.FrameInfo]:
@@ -187,18 +192,62 @@ class FewLongRows:
         return None if length > rows else self.rule.apply(func, target, tunable)
 
 
+class DeclinesWhereItCannotApply:
+    """A dlight rule that declines (the next rule tries) where one of its schedule primitives refuses the function
+    its analysis accepted. dlight's Matmul folds a conv's batch into its rows; in the batch-4 decoder the strided
+    conv over the harmonic source (stride 5, a symbolic length) then indexes rows by a floor division that
+    `pad_einsum` cannot pad ("An error occurred in the schedule primitive 'pad-einsum'"), which stopped the whole
+    build. Declined, a later rule takes that conv (11 output channels, 20 taps of one input channel)."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def apply(self, func, target, tunable):
+        try:
+            return self.rule.apply(func, target, tunable)
+        except (s_tir.schedule.ScheduleError, AssertionError) as exc:  # dlight's refusals: a primitive's, its asserts
+            log.debug("%s declines (a primitive refused): %s", type(self.rule).__name__, exc)
+            return None
+
+
+class LowersOrDeclines:
+    """A dlight rule (Fallback) whose schedule is refused (the next rule tries) where TVM's TIR lowering refuses it.
+    Fallback fuses every spatial loop into one; for a batch of B > 1 utterances that fuses the batch with the
+    symbolic length, and the polyphase interleave of the x300 upsampling (`x[b, i % 5, i // 5]`) then has an
+    index FlattenBuffer cannot prove exact ("The padding factor (s * 4800 + 175) * 5 is not divisible by
+    s * 4800 + 175"): the batch-4 decoder for CUDA stopped there. Refused, BatchRowsOnGridY takes it. Every
+    function Fallback schedules at batch 1 flattens, so batch-1 kernels are Fallback's as before."""
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def apply(self, func, target, tunable):
+        schedule = self.rule.apply(func, target, tunable)
+        if schedule is None:
+            return None
+        lowering, _, _ = tvm.tirx.get_default_tir_pipeline(target)  # what the VM's build runs on every function
+        exported = {gv: f.with_attr("global_symbol", gv.name_hint) for gv, f in schedule.mod.functions.items()}
+        try:  # as the VM's build sees it: a function with its own symbol (Relax attaches them), bound to the target
+            lowering(tvm.tirx.transform.BindTarget(target)(tvm.IRModule(exported)))
+        except tvm.error.InternalError as exc:
+            log.debug("%s's schedule does not lower (the next rule tries): %s", type(self.rule).__name__, exc)
+            return None
+        return schedule
+
+
 def rules(counts: dict[str, int] | None = None):
-    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them, each within the shared-memory limit;
-    with `counts`, each counts the functions it schedules."""
+    """dlight's GPU rules, in the order TVM's own GPU pipeline tries them, each within the shared-memory limit and
+    declining where its primitives refuse; with `counts`, each counts the functions it schedules."""
 
     chosen = [
         dlight.gpu.Matmul(),
         FewLongRows(dlight.gpu.GEMV()),
         dlight.gpu.Reduction(),
         dlight.gpu.GeneralReduction(),
-        dlight.gpu.Fallback(),
+        LowersOrDeclines(dlight.gpu.Fallback()),
+        BatchRowsOnGridY(),
     ]
-    guarded = [WithinSharedMemory(rule) for rule in chosen]
+    guarded = [WithinSharedMemory(DeclinesWhereItCannotApply(rule)) for rule in chosen]
     return guarded if counts is None else [CountingRule(rule, counts) for rule in guarded]
 
 
