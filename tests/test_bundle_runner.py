@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from kokoro_tvm.commands.gpu_bundle import TOLERANCE_REL_L2, pack_params, transfer_parts
+from kokoro_tvm.commands.bundle_transfer import transfer_parts
+from kokoro_tvm.commands.gpu_bundle import TOLERANCE_REL_L2, pack_params
 from kokoro_tvm.runtime import bundle_device, bundle_runner
 
 

@@ -173,6 +173,7 @@ def test_launches_of_the_gpu_lstm_kernel():
             ["say", "Hi.", "-o", "/dev/null", "--backend", "torch", "--device", "cuda"],
             "--device cuda applies to the tvm backend only",
         ),
+        (["gpu-check", "--target", "cuda", "--bundle-only", "--batches", "8,x"], "must be a positive integer"),
     ],
 )
 def test_gpu_cli_errors_are_one_line(args, message):

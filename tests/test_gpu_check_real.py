@@ -1,7 +1,8 @@
 """Real-weights tier: the device check bundle made for this CPU and run by its standalone runner in a separate
 process with TVM's runtime only (the bundle's runtime_kit, no compiler library, no kokoro_tvm import), as a GPU
 machine without this project would run it; then scored back here against the CPU build and pt.dynamic. The
-five symbolic-length builds are the ones tests/test_dynamic_real.py uses (the shared cache: built once)."""
+five symbolic-length builds are the ones tests/test_dynamic_real.py uses (the shared cache: built once). Then
+the bundle's other runners: batched throughput (run_batches.py) and PyTorch's KModel (run_torch_peer.py)."""
 
 import json
 import os
@@ -31,9 +32,9 @@ SAME_INPUTS_REL_L2 = 1e-4
 def cpu_bundle(kmodel, tmp_path_factory):
     model, info = kmodel
     folder = tmp_path_factory.mktemp("gpu-check") / "bundle"
-    bundle = gpu_bundle.make_bundle(
-        model, info.fingerprint, "cpu", folder, gpu_bundle.default_utterances(quick=True), with_runtime=True
-    )
+    utterances = gpu_bundle.default_utterances(quick=True)
+    # batch 3: the fp32 symbolic builds tests/test_batched.py runs too (the shared cache: built once)
+    bundle = gpu_bundle.make_bundle(model, info.fingerprint, "cpu", folder, utterances, with_runtime=True, batches=(3,))
     return folder, bundle
 
 
@@ -137,3 +138,35 @@ def test_the_torch_peer_is_kmodel_on_the_bundles_weights(cpu_bundle, torch_peer_
     assert [row["peer"] for row in scored] == ["torch", "torch_bf16"]
     assert scored[0]["durations_equal_pt"] and all(row["tvm_chain_over_peer"] > 0 for row in scored)
     assert all(np.isfinite(np.load(out / row["audio"])).all() for row in torch_peer_results["rows"])
+
+
+@pytest.fixture(scope="module")
+def batches_results(cpu_bundle, runner_results):
+    """run_batches.py as the bundle's run line has it (TVM's runtime only), into the runner's results folder."""
+    folder, bundle = cpu_bundle
+    out, _ = runner_results
+    env = dict(os.environ, TVM_USE_RUNTIME_LIB="1", PYTHONPATH=str(folder / "runtime_kit"))
+    command = ["run_batches.py", ".", "--device", "cpu", "--out", str(out), "--runs", "1", "--warmup", "0"]
+    done = subprocess.run([sys.executable, *command], cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert bundle["batches"]["run"].startswith("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime_kit python3 run_batches.py")
+    return json.loads((out / "batches.json").read_text())
+
+
+def test_a_batch_gives_every_row_its_utterance_alone(cpu_bundle, runner_results, batches_results, torch_peer_results):
+    """B copies of the utterance through the batch-3 builds: every row as the batch-1 build gives it, within the
+    device check's per-stage bar (gpu_bundle.TOLERANCE_REL_L2: the batch-3 builds tile their sums differently;
+    2.3e-6 measured on the Zen 4), and the report scores the throughput against batch 1 and PyTorch's."""
+    from kokoro_tvm.components import NAMES
+
+    folder, _ = cpu_bundle
+    out, _ = runner_results
+    rows = {row["batch"]: row for row in batches_results["rows"]}
+    assert sorted(rows) == [1, 3] and batches_results["tvm_runtime_only"]
+    assert rows[1]["worst_row_rel_l2"] == 0.0  # batch 1 is the bundle's own build, against itself
+    assert rows[3]["worst_row_rel_l2"] <= gpu_bundle.TOLERANCE_REL_L2 and batches_results["all_within_tolerance"]
+    assert np.isclose(rows[3]["audio_seconds"], 3 * rows[1]["audio_seconds"])
+    assert set(rows[3]["components"]) == set(NAMES)
+    scored = {row["batch"]: row for row in gpu_check.report(folder, out)["batches"]}
+    assert scored[1]["vs_batch_1"] == 1.0 and scored[3]["vs_batch_1"] > 0
+    assert all(row["over_pytorch"] > 0 for row in scored.values())  # the PyTorch peer ran into the same folder

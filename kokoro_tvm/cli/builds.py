@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from kokoro_tvm.cli.options import BUCKETS_HELP, add_precision, add_weights, command, positive_int, python_version
-from kokoro_tvm.commands import gpu_bundle
+from kokoro_tvm.cli.options import (
+    BUCKETS_HELP,
+    add_precision,
+    add_weights,
+    batch_sizes,
+    command,
+    positive_int,
+    python_version,
+)
+from kokoro_tvm.commands import bundle_transfer
 from kokoro_tvm.runtime.devices import DEVICES
 
 log = logging.getLogger("kokoro_tvm.cli")
@@ -74,13 +82,20 @@ def _add_gpu_check(sub) -> None:
     parser.add_argument(
         "--part-mib",
         type=positive_int,
-        default=gpu_bundle.PART_BYTES // 2**20,
+        default=bundle_transfer.PART_BYTES // 2**20,
         help="with --bundle-only: the most one copy to the device's machine carries (bundle.json 'parts')",
     )
     parser.add_argument(
         "--archive",
         action="store_true",
         help="with --bundle-only: also an xz archive of the bundle in parts of --part-mib (transfer/)",
+    )
+    parser.add_argument(
+        "--batches",
+        type=batch_sizes,
+        metavar="B,B",
+        help="batch sizes whose throughput the check measures (run_batches.py), or 'none' "
+        "(default: 8,64 on a GPU, none on the CPU)",
     )
     parser.add_argument("--score", metavar="RESULTS", help="score run_bundle.py's results folder against OUT/bundle")
     add_weights(parser)

@@ -30,6 +30,13 @@ def positive_int(value: str) -> int:
     return number
 
 
+def batch_sizes(value: str) -> tuple[int, ...]:
+    """Comma-separated batch sizes ("8,64"), or "none"."""
+    if value.strip().lower() == "none":
+        return ()
+    return tuple(positive_int(part) for part in value.split(","))
+
+
 def python_version(value: str) -> str:
     """A Python version as major.minor ("3.12")."""
     parts = value.split(".")

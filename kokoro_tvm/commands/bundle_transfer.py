@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 
 ARCHIVE = "bundle.tar.xz"
+# The most one copy to the GPU machine carries: a lent machine takes 64 MiB per command, the repository's own
+# files (about 1.3 MiB) and bundle.json included; `kokoro-tvm gpu-check --bundle-only --part-mib N` sets another.
+PART_BYTES = 60 * 2**20
 
 
 class _PartWriter(io.RawIOBase):
@@ -92,7 +95,25 @@ def archive(bundle, dest, part_bytes: int) -> dict:
         f"tarfile.open('{ARCHIVE}', 'r:xz').extractall('.', filter='data')\"",
         "run": f"cd bundle && {written['run']}",
     }
-    if "torch_peer" in written:  # PyTorch on the same device and utterances (commands.gpu_torch_peer)
-        transfer["run_torch_peer"] = f"cd bundle && {written['torch_peer']['run']}"
+    for name in ("torch_peer", "batches"):  # PyTorch on the device (gpu_torch_peer); throughput (gpu_batches)
+        if written.get(name):
+            transfer[f"run_{name}"] = f"cd bundle && {written[name]['run']}"
     (dest / "transfer.json").write_text(json.dumps(transfer, indent=1))
     return transfer
+
+
+def transfer_parts(folder, limit: int = PART_BYTES) -> list[list[str]]:
+    """The bundle's files (relative paths) in groups of at most `limit` bytes, largest first, for carrying it to
+    a machine in several commands (bundle.json, written afterwards, goes with the last part; a file larger
+    than the limit is a part of its own, and cannot travel)."""
+    folder = Path(folder)
+    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
+    parts: list[tuple[int, list[str]]] = []
+    for path in files:
+        size = path.stat().st_size
+        fit = next((part for part in parts if part[0] + size <= limit), None)
+        if fit is None:
+            parts.append((size, [str(path.relative_to(folder))]))
+        else:
+            parts[parts.index(fit)] = (fit[0] + size, fit[1] + [str(path.relative_to(folder))])
+    return [names for _, names in parts]

@@ -8,7 +8,8 @@ and scores it).
   (kokoro_tvm/runtime/bundle_runner.py, copied as run_bundle.py), and what PyTorch's KModel needs to run on the
   same device as the peer (kokoro_tvm.commands.gpu_torch_peer; its runner copied as run_torch_peer.py). With
   `with_runtime=True` it also carries TVM's runtime (`runtime_kit`: the Python packages without the compiler
-  library), for a machine without apache-tvm; `transfer_parts` groups its files for copies of limited size.
+  library), for a machine without apache-tvm; with `batches`, batched builds for the throughput runner
+  (kokoro_tvm.commands.gpu_batches). bundle_transfer.transfer_parts groups its files for copies of limited size.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kokoro_tvm.commands.bundle_transfer import PART_BYTES, transfer_parts
+from kokoro_tvm.commands.gpu_batches import add_batched_builds, default_batches
 from kokoro_tvm.commands.gpu_torch_peer import add_torch_peer
 from kokoro_tvm.commands.runtime_kit import runtime_kit
 from kokoro_tvm.compiler.targets import host_target, target_for
@@ -34,7 +37,7 @@ from kokoro_tvm.frontend.text import prepare
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, load_voice
 from kokoro_tvm.peers import kmodel_device
 from kokoro_tvm.reference.noise import noise_source
-from kokoro_tvm.runtime import bundle_device, bundle_runner
+from kokoro_tvm.runtime import bundle_batches, bundle_device, bundle_runner
 from kokoro_tvm.runtime.buckets import DynamicLengths
 from kokoro_tvm.runtime.devices import DEVICES
 from kokoro_tvm.runtime.kokoro import TVMKokoro
@@ -48,10 +51,6 @@ KERNELS_RECORDED = 12
 # L2 per stage is the fp32 bar of the CPU build against PyTorch (NOTES/audio_comparison.md) with room for that.
 TOLERANCE_REL_L2 = 1e-4
 
-
-# The most one copy to the GPU machine carries: a lent machine takes 64 MiB per command, the repository's own
-# files (about 1.3 MiB) and bundle.json included; `kokoro-tvm gpu-check --bundle-only --part-mib N` sets another.
-PART_BYTES = 60 * 2**20
 
 # A bundle's CUDA libraries run on another machine, whose CPU is unknown here: their host code (it only
 # launches kernels) is built for baseline x86-64, not for this CPU's model (znver4 code may use AVX-512).
@@ -132,10 +131,12 @@ def make_bundle(
     with_runtime: bool = False,
     part_bytes: int = PART_BYTES,
     kit_python: str | None = None,
+    batches: tuple[int, ...] | None = None,
 ) -> dict:
     """Write a check bundle for `device` into `folder` (module docstring); returns bundle.json's content and size.
     `model`: the fp32 KModel of `weights_fingerprint`; `part_bytes`: the most one copy to the device's machine
-    carries (bundle.json 'parts'); `kit_python`: the Python ("3.12") that runs the runtime kit (default: this)."""
+    carries (bundle.json 'parts'); `kit_python`: the Python ("3.12") that runs the runtime kit (default: this);
+    `batches`: the batch sizes of its batched builds (default gpu_batches.default_batches)."""
     check_device(device)
     folder = Path(folder)
     if (folder / "bundle.json").exists():
@@ -146,6 +147,10 @@ def make_bundle(
     cases, spoken = _record(model, weights_fingerprint, folder, utterances or default_utterances(), pack, noise_src)
     libraries, build_seconds, symbolic_failures = _device_libraries(model, weights_fingerprint, device, folder, cases)
     _copy_runners(folder)
+    sizes = default_batches(device) if batches is None else batches
+    batched = add_batched_builds(
+        model, weights_fingerprint, device, bundle_target(device), folder, libraries, spoken, sizes
+    )
     bundle = {
         "format": bundle_runner.BUNDLE_FORMAT,
         "device": device,
@@ -164,14 +169,18 @@ def make_bundle(
         "build_seconds": build_seconds,
         "run": f"python3 run_bundle.py . --device {device} --out results --kernels {KERNELS_RECORDED}",
         "torch_peer": add_torch_peer(model, folder, libraries, device),
+        "batches": batched,
     }
     if with_runtime:
-        bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit", kit_python)
-        bundle["python"] = kit_python or bundle["python"]
-        bundle["run"] = "TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime_kit " + bundle["run"]
+        _carry_runtime(bundle, folder, kit_python)
     bundle["parts"] = transfer_parts(folder, part_bytes)
     (folder / "bundle.json").write_text(json.dumps(bundle, indent=1))
     bundle["bytes"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    _warn_of_parts(bundle, part_bytes)
+    return bundle
+
+
+def _warn_of_parts(bundle: dict, part_bytes: int) -> None:
     if len(bundle["parts"]) > 1:
         log.warning(
             "the bundle is %.0f MiB: it travels in %d parts of at most %.0f MiB (bundle.json 'parts'; "
@@ -180,15 +189,24 @@ def make_bundle(
             len(bundle["parts"]),
             part_bytes / 2**20,
         )
-    return bundle
+
+
+def _carry_runtime(bundle: dict, folder: Path, kit_python: str | None) -> None:
+    """TVM's runtime into folder/runtime_kit/, for the Python `kit_python`, and the TVM run lines set to use it."""
+    bundle["runtime_kit_bytes"] = runtime_kit(folder / "runtime_kit", kit_python)
+    bundle["python"] = kit_python or bundle["python"]
+    for entry in (bundle, bundle["batches"] or {}):
+        if "run" in entry:
+            entry["run"] = "TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime_kit " + entry["run"]
 
 
 def _copy_runners(folder: Path) -> None:
-    """The standalone runners the bundle's run lines call: run_bundle.py beside bundle_device.py (TVM's runtime)
-    and run_torch_peer.py (PyTorch's KModel, the peer)."""
+    """The standalone runners the bundle's run lines call: run_bundle.py beside bundle_device.py and
+    run_batches.py (TVM's runtime), and run_torch_peer.py (PyTorch's KModel, the peer)."""
     for module, name in (
         (bundle_runner, "run_bundle.py"),
         (bundle_device, "bundle_device.py"),
+        (bundle_batches, "run_batches.py"),
         (kmodel_device, "run_torch_peer.py"),
     ):
         shutil.copyfile(module.__file__, folder / name)
@@ -265,23 +283,6 @@ def pt_decoder_audio(model, inputs: list[np.ndarray], frames: int) -> np.ndarray
     with torch.no_grad(), explicit_sine_noise_tensors(model.decoder, initial_phase, additive[:, :samples]):
         audio = model.decoder(asr[..., :frames], f0[:, : 2 * frames], n[:, : 2 * frames], style)
     return audio.reshape(-1).numpy().astype(np.float32)
-
-
-def transfer_parts(folder, limit: int = PART_BYTES) -> list[list[str]]:
-    """The bundle's files (relative paths) in groups of at most `limit` bytes, largest first, for carrying it to
-    a machine in several commands (bundle.json, written afterwards, goes with the last part; a file larger
-    than the limit is a part of its own, and cannot travel)."""
-    folder = Path(folder)
-    files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
-    parts: list[tuple[int, list[str]]] = []
-    for path in files:
-        size = path.stat().st_size
-        fit = next((part for part in parts if part[0] + size <= limit), None)
-        if fit is None:
-            parts.append((size, [str(path.relative_to(folder))]))
-        else:
-            parts[parts.index(fit)] = (fit[0] + size, fit[1] + [str(path.relative_to(folder))])
-    return [names for _, names in parts]
 
 
 def _device_libraries(model, weights_fingerprint: str, device: str, folder: Path, cases: list[dict]):

@@ -9,6 +9,8 @@ each of them, compared with the CPU build's outputs and scored against PyTorch.
   decoder against PyTorch's on the same inputs;
 - the PyTorch peer (kokoro_tvm.commands.gpu_torch_peer): KModel on the same device and utterances, fp32 and under
   bf16 autocast, timed by its own standalone runner (kokoro_tvm.peers.kmodel_device) and scored beside;
+- batched throughput (kokoro_tvm.commands.gpu_batches): batch-B builds fed B copies of each case, every row
+  against the batch-1 build, audio seconds per second (kokoro_tvm.runtime.bundle_batches runs it);
 - `gpu_check`: all of it in one process, on a machine with the device and this project installed
   (`kokoro-tvm gpu-check --target cuda|metal|cpu`); `--target cpu` is the check of the check, run by the tests;
 - `recorded_runs`, `symbolic_build_status`: what notebook 06 reports.
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kokoro_tvm.commands import bundle_transfer, gpu_bundle, gpu_torch_peer
+from kokoro_tvm.commands import bundle_transfer, gpu_batches, gpu_bundle, gpu_torch_peer
 from kokoro_tvm.commands.gpu_bundle import KERNELS_RECORDED, check_device, make_bundle
 from kokoro_tvm.compiler.targets import target_for
 from kokoro_tvm.components import NAMES
@@ -35,7 +37,7 @@ from kokoro_tvm.errors import ResourceError, writable_folder
 from kokoro_tvm.paths import REPO_ROOT, outputs_dir
 from kokoro_tvm.peers import kmodel_device
 from kokoro_tvm.reference.stages import durations_from_logits
-from kokoro_tvm.runtime import bundle_runner
+from kokoro_tvm.runtime import bundle_batches, bundle_runner
 from kokoro_tvm.runtime.devices import require_device
 
 log = logging.getLogger(__name__)
@@ -122,23 +124,27 @@ def gpu_check(
     runs: int = 10,
     keep_bundle: bool = True,
     torch_peer: bool | None = None,
+    batches: tuple[int, ...] | None = None,
 ) -> dict:
     """Bundle, run and score on this machine's `device` in one go; the report is written to
     folder/report.json and outputs/gpu_check/<device>.json. `keep_bundle=False` removes the bundle (mostly
     parameters, 100+ MB) once scored; `torch_peer` (default: on a GPU) runs KModel on the same device and
-    utterances too (kokoro_tvm.peers.kmodel_device; on the CPU, `kokoro-tvm bench` has that peer)."""
+    utterances too (kokoro_tvm.peers.kmodel_device; on the CPU, `kokoro-tvm bench` has that peer); `batches`: the
+    batch sizes whose throughput is measured (default gpu_batches.default_batches: none on the CPU)."""
 
     check_device(device)
     if device != "cpu":
         require_device(device)
     folder = Path(folder)
-    make_bundle(model, weights_fingerprint, device, folder / "bundle", utterances)
+    bundle = make_bundle(model, weights_fingerprint, device, folder / "bundle", utterances, batches=batches)
     with bundle_errors():
         bundle_runner.run_bundle(
             folder / "bundle", device, runs=runs, out_dir=folder / "results", kernels=KERNELS_RECORDED
         )
         if torch_peer or (torch_peer is None and device != "cpu"):
             kmodel_device.run_peer(folder / "bundle", device, runs=runs, out_dir=folder / "results")
+        if bundle["batches"]:
+            bundle_batches.run_batches(folder / "bundle", device, out_dir=folder / "results")
     result = report(folder / "bundle", folder / "results")
     (folder / "report.json").write_text(json.dumps(result, indent=1))
     if not keep_bundle:
@@ -155,6 +161,7 @@ def report(bundle_folder, results_dir) -> dict:
         bundle = bundle_runner.read_bundle(bundle_folder)
         results = json.loads((results_dir / "results.json").read_text())
     utterances = score(bundle_folder, results_dir)["utterances"]
+    peer = gpu_torch_peer.score_torch_peer(bundle_folder, results_dir, utterances)
     return {
         "device": results["device"],
         "device_name": results["device_name"],
@@ -166,7 +173,8 @@ def report(bundle_folder, results_dir) -> dict:
         "all_within_tolerance": results["all_within_tolerance"],
         "components": [{k: c[k] for k in COMPONENT_FIELDS if k in c} for c in results["cases"]],
         "utterances": utterances,
-        "torch_peer": gpu_torch_peer.score_torch_peer(bundle_folder, results_dir, utterances),
+        "torch_peer": peer,
+        "batches": gpu_batches.score_batches(results_dir, peer),
         "target": bundle["target"],
         "symbolic_failures": bundle.get("symbolic_failures", {}),
         "bundle_bytes": sum(p.stat().st_size for p in bundle_folder.rglob("*") if p.is_file()),
@@ -238,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
             with_runtime=args.runtime_kit,
             part_bytes=args.part_mib * 2**20,
             kit_python=args.kit_python,
+            batches=args.batches,
         )
         summary = {
             "bundle": str(out / "bundle"),
@@ -252,10 +261,18 @@ def run(args: argparse.Namespace) -> int:
             }
         print(json.dumps(summary))
         return 0
-    report = gpu_check.gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs)
+    report = gpu_check.gpu_check(
+        model, info.fingerprint, args.target, out, utterances, runs=args.runs, batches=args.batches
+    )
     print(json.dumps(report))
     return 0 if _passed(report) else 1
 
 
 def _passed(report: dict) -> bool:
-    return report["all_within_tolerance"] and all(u["durations_equal_cpu"] for u in report["utterances"])
+    """Every component within tolerance, durations equal, and every batched row as its utterance alone."""
+    batched = [row["worst_row_rel_l2"] for row in report.get("batches") or () if "error" not in row]
+    return (
+        report["all_within_tolerance"]
+        and all(u["durations_equal_cpu"] for u in report["utterances"])
+        and all(worst <= report["tolerance_rel_l2"] for worst in batched)
+    )

@@ -72,13 +72,13 @@ def load_params(path, names: list[str]) -> list[np.ndarray]:
     return arrays
 
 
-def _rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
+def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
     a, e = actual.astype(np.float64).ravel(), expected.astype(np.float64).ravel()
     norm = float(np.linalg.norm(e))
     return float(np.linalg.norm(a - e)) / norm if norm > 0 else float(np.linalg.norm(a))
 
 
-class _Component:
+class LoadedComponent:
     def __init__(self, folder: Path, entry: dict, device, library: Path | None = None):
         """`entry`'s library (or `library`, another build of the same component) with its parameters."""
         import tvm
@@ -128,7 +128,7 @@ class _Component:
         return [{"name": name, "calls": calls, "seconds": seconds} for name, (calls, seconds) in ranked]
 
 
-def _as_numpy(out) -> list[np.ndarray]:
+def as_numpy(out) -> list[np.ndarray]:
     return [out.numpy()] if hasattr(out, "numpy") else [out[i].numpy() for i in range(len(out))]
 
 
@@ -149,29 +149,29 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _use_every_cpu() -> None:
+def use_every_cpu() -> None:
     """TVM's CPU thread pool defaults to half the logical CPUs on x86; use all of them unless TVM_NUM_THREADS is
     set (the same rule as kokoro_tvm.runtime.devices.use_every_cpu, which this file may not import)."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     os.environ.setdefault("TVM_NUM_THREADS", str(cpus))
 
 
-def _spread(seconds: list[float]) -> dict:
+def spread(seconds: list[float]) -> dict:
     return {"seconds_median": statistics.median(seconds), "seconds_min": min(seconds), "seconds_max": max(seconds)}
 
 
 def _run_case(
     folder: Path,
     case: dict,
-    component: _Component,
+    component: LoadedComponent,
     runs: int,
     warmup: int,
     tolerance: float,
     kernels: int = 0,
-    against: _Component | None = None,
+    against: LoadedComponent | None = None,
 ):
     """One recorded call on the device: `warmup` untimed calls, `runs` timed ones, the outputs against the CPU
-    build's; with `kernels`, the calls that take longest (`_Component.kernel_seconds`); with `against`, another
+    build's; with `kernels`, the calls that take longest (`LoadedComponent.kernel_seconds`); with `against`, another
     build of the component timed in turn with this one in the same runs. Returns (its results row, the
     outputs)."""
     with np.load(folder / case["inputs"]) as npz:
@@ -188,9 +188,9 @@ def _run_case(
             start = time.perf_counter()
             outs[build] = build.call(tensors)
             seconds[build].append(time.perf_counter() - start)
-    outputs = _as_numpy(outs[component])
+    outputs = as_numpy(outs[component])
     errors = [
-        {"shape": list(e.shape), "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))), "rel_l2": _rel_l2(a, e)}
+        {"shape": list(e.shape), "max_abs": float(np.max(np.abs(a.astype(np.float64) - e))), "rel_l2": rel_l2(a, e)}
         for a, e in zip(outputs, expected, strict=True)
     ]
     row = {
@@ -202,13 +202,13 @@ def _run_case(
         "errors": errors,
         "worst_rel_l2": max(e["rel_l2"] for e in errors),
         "within_tolerance": all(e["rel_l2"] <= tolerance for e in errors),
-        **_spread(seconds[component]),
+        **spread(seconds[component]),
         "runs": runs,
     }
     if against is not None:  # the other build's times, and how far its outputs are from this one's
         row["against"] = {
-            **_spread(seconds[against]),
-            "rel_l2_to_this": max(_rel_l2(a, b) for a, b in zip(_as_numpy(outs[against]), outputs, strict=True)),
+            **spread(seconds[against]),
+            "rel_l2_to_this": max(rel_l2(a, b) for a, b in zip(as_numpy(outs[against]), outputs, strict=True)),
         }
     if kernels:
         row["kernels"] = component.kernel_seconds(tensors, kernels)
@@ -227,7 +227,7 @@ def _other_builds(bundle: dict, against) -> dict[str, Path]:
     return found
 
 
-def _machine(tvm, dev, device: str) -> dict:
+def where_it_ran(tvm, dev, device: str) -> dict:
     """Where the bundle ran: the device, the host, and which TVM (runtime only or whole) from where."""
     return {
         "format": BUNDLE_FORMAT,
@@ -249,7 +249,7 @@ def run_bundle(
     with `kernels`, each case's row names the calls that take longest; with `against`, a folder holding other
     builds of some of its libraries at the same paths (`libs/decoder.so`: another bundle, or the decoder of
     one), each is timed in turn with the bundle's own in the same runs."""
-    _use_every_cpu()
+    use_every_cpu()
     import tvm
 
     folder = Path(folder)
@@ -271,11 +271,11 @@ def run_bundle(
         key = case["library"]
         if key not in loaded:
             start = time.perf_counter()
-            loaded[key] = _Component(folder, bundle["libraries"][key], dev)
+            loaded[key] = LoadedComponent(folder, bundle["libraries"][key], dev)
             load_seconds[key] = time.perf_counter() - start  # with CUDA, nvcc's compile of the library's kernels
             log.info("%s loaded on %s in %.1f s", key, device, load_seconds[key])
             if key in others:
-                loaded[key, "against"] = _Component(folder, bundle["libraries"][key], dev, library=others[key])
+                loaded[key, "against"] = LoadedComponent(folder, bundle["libraries"][key], dev, library=others[key])
         row, outputs = _run_case(
             folder, case, loaded[key], runs, warmup, tolerance, kernels, loaded.get((key, "against"))
         )
@@ -284,7 +284,7 @@ def run_bundle(
         if out_dir is not None:
             np.savez(out_dir / "outputs" / f"{case['name']}.npz", **{f"output{i}": a for i, a in enumerate(outputs)})
     results = {
-        **_machine(tvm, dev, device),
+        **where_it_ran(tvm, dev, device),
         "bundle": {k: bundle[k] for k in ("device", "target", "dtype", "created")},
         "tolerance_rel_l2": tolerance,
         "kernel_compiler": kernel_compiler,
