@@ -170,3 +170,18 @@ def test_a_batch_gives_every_row_its_utterance_alone(cpu_bundle, runner_results,
     scored = {row["batch"]: row for row in gpu_check.report(folder, out)["batches"]}
     assert scored[1]["vs_batch_1"] == 1.0 and scored[3]["vs_batch_1"] > 0
     assert all(row["over_pytorch"] > 0 for row in scored.values())  # the PyTorch peer ran into the same folder
+
+
+def test_the_cli_scores_results_brought_back(cpu_bundle, runner_results, torch_peer_results, batches_results, tmp_path):
+    """`kokoro-tvm gpu-check --out DIR --score RESULTS`, as after a run on another machine: the report, with the
+    PyTorch peer and the batches, written where notebook 06 reads it, and the exit status says it passed."""
+    from kokoro_tvm.cli import main
+    from kokoro_tvm.paths import OUTPUTS_ENV
+
+    folder, _ = cpu_bundle
+    out, _ = runner_results
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(OUTPUTS_ENV, str(tmp_path))
+        assert main(["-q", "gpu-check", "--target", "cpu", "--out", str(folder.parent), "--score", str(out)]) == 0
+    written = json.loads((tmp_path / "gpu_check" / "cpu.json").read_text())
+    assert written["torch_peer"] and written["batches"] and written["all_within_tolerance"]

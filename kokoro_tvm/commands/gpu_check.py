@@ -227,10 +227,10 @@ def run(args: argparse.Namespace) -> int:
     gpu_bundle.check_device(args.target)
     out = Path(args.out or f"outputs/gpu_check/{args.target}")
     if args.score:  # results of run_bundle.py from another machine, scored and reported here
-        report = gpu_check.report(out / "bundle", args.score)
-        log.info("report written to %s", gpu_check.write_report(report))
-        print(json.dumps(report))
-        return 0 if _passed(report) else 1
+        scored = report(out / "bundle", args.score)
+        log.info("report written to %s", write_report(scored))
+        print(json.dumps(scored))
+        return 0 if _passed(scored) else 1
     if args.target != "cpu" and not args.bundle_only:
         require_device(args.target)  # before any weights load or build
     out = writable_folder(out)
@@ -261,11 +261,9 @@ def run(args: argparse.Namespace) -> int:
             }
         print(json.dumps(summary))
         return 0
-    report = gpu_check.gpu_check(
-        model, info.fingerprint, args.target, out, utterances, runs=args.runs, batches=args.batches
-    )
-    print(json.dumps(report))
-    return 0 if _passed(report) else 1
+    result = gpu_check(model, info.fingerprint, args.target, out, utterances, runs=args.runs, batches=args.batches)
+    print(json.dumps(result))
+    return 0 if _passed(result) else 1
 
 
 def _passed(report: dict) -> bool:
