@@ -289,6 +289,34 @@ def test_a_bundle_travels_as_an_xz_archive_in_parts_and_unpacks_with_its_own_com
     assert transfer["run"].startswith("cd bundle && python3 run_bundle.py")
 
 
+def test_run_all_unpacks_runs_and_packs_the_results_in_one_command(tmp_path, tiny_library):
+    """For a machine lent by the minute: transfer.json's run_all unpacks the parts, runs the bundle (here the
+    tiny one on this CPU, with this Python as python3) and leaves its results in one archive to bring back."""
+    import os
+    import shutil
+    import subprocess
+    import tarfile
+
+    from kokoro_tvm.commands.bundle_transfer import RESULTS_ARCHIVE, archive
+    from kokoro_tvm.runtime import bundle_device
+
+    folder = _bundle(tmp_path / "b", tiny_library)
+    shutil.copyfile(bundle_runner.__file__, folder / "run_bundle.py")
+    shutil.copyfile(bundle_device.__file__, folder / "bundle_device.py")
+    transfer = archive(folder, tmp_path / "transfer", 64 * 1024)
+    (tmp_path / "bin").mkdir()  # python3: this Python, with its packages (a venv's, where the tests run in one)
+    (tmp_path / "bin" / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (tmp_path / "bin" / "python3").chmod(0o755)
+    there = tmp_path / "there"
+    shutil.copytree(tmp_path / "transfer", there)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    done = subprocess.run(transfer["run_all"], shell=True, cwd=there, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with tarfile.open(there / "bundle" / RESULTS_ARCHIVE) as packed:
+        results = json.loads(packed.extractfile("results/results.json").read())
+    assert results["all_within_tolerance"] and results["cases"][0]["case"] == "one"
+
+
 def test_a_kit_for_a_python_without_a_wheel_is_one_clear_error(tmp_path):
     from kokoro_tvm.commands.runtime_kit import runtime_kit
     from kokoro_tvm.errors import ResourceError

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 ARCHIVE = "bundle.tar.xz"
+RESULTS_ARCHIVE = "results.tar.gz"  # what run_all leaves in bundle/ to bring back
 # The most one copy to the GPU machine carries: a lent machine takes 64 MiB per command, the repository's own
 # files (about 1.3 MiB) and bundle.json included; `kokoro-tvm gpu-check --bundle-only --part-mib N` sets another.
 PART_BYTES = 60 * 2**20
@@ -95,9 +96,16 @@ def archive(bundle, dest, part_bytes: int) -> dict:
         f"tarfile.open('{ARCHIVE}', 'r:xz').extractall('.', filter='data')\"",
         "run": f"cd bundle && {written['run']}",
     }
+    runs = [written["run"]]
     for name in ("torch_peer", "batches"):  # PyTorch on the device (gpu_torch_peer); throughput (gpu_batches)
         if written.get(name):
             transfer[f"run_{name}"] = f"cd bundle && {written[name]['run']}"
+            runs.append(written[name]["run"])
+    # everything in one command, for a machine lent by the minute: each run whether the one before passed or not,
+    # their results in one archive to bring back
+    transfer["run_all"] = (
+        f"{transfer['unpack']} && cd bundle && ({'; '.join(runs)}); tar -czf {RESULTS_ARCHIVE} results"
+    )
     (dest / "transfer.json").write_text(json.dumps(transfer, indent=1))
     return transfer
 
