@@ -17,7 +17,6 @@ RESULTS_DIR/torch_peer/<utterance>-<peer>.npy the audio, to be scored where the 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import statistics
@@ -172,19 +171,14 @@ def run_peer(folder, device: str = "cuda", runs: int = 10, warmup: int = 2, out_
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="run_torch_peer", description=__doc__.splitlines()[0])
-    parser.add_argument("bundle", help="the bundle folder (holds bundle.json)")
-    parser.add_argument("--device", default="cuda", help="cuda or cpu (default cuda)")
-    parser.add_argument("--out", required=True, help=f"folder for {RESULTS} and {AUDIO_DIR}/")
-    parser.add_argument("--runs", type=int, default=10, help="timed rounds per utterance (default 10)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
+    parser = bundle_runner.runner_parser("run_torch_peer", __doc__, f"{RESULTS} and {AUDIO_DIR}/", runs=10, warmup=2)
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before every call (default 0)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="run_torch_peer: %(message)s")
     try:
         results = run_peer(args.bundle, args.device, args.runs, args.warmup, args.out, args.seed)
     except (RuntimeError, ImportError, OSError) as exc:  # a BundleError; torch's or kokoro's own refusal
-        print(f"run_torch_peer: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
+        print(bundle_runner.error_line("run_torch_peer", exc), file=sys.stderr)
         return 2
     print(json.dumps({k: results[k] for k in ("device", "device_name", "torch")}))
     return 0

@@ -16,7 +16,6 @@ holds the rows; the exit status is 1 when a row is past the tolerance, 2 on a ba
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -138,18 +137,12 @@ def run_batches(folder, device: str = "cuda", runs: int = 3, warmup: int = 1, ou
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="run_batches", description=__doc__.splitlines()[0])
-    parser.add_argument("bundle", help="the bundle folder (holds bundle.json)")
-    parser.add_argument("--device", default="cuda", help="cpu, cuda or metal (default cuda)")
-    parser.add_argument("--out", required=True, help=f"folder for {RESULTS}")
-    parser.add_argument("--runs", type=int, default=3, help="timed calls per component and batch (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed calls first (default 1)")
-    args = parser.parse_args(argv)
+    args = bundle_runner.runner_parser("run_batches", __doc__, RESULTS, runs=3, warmup=1).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="run_batches: %(message)s")
     try:
         results = run_batches(args.bundle, args.device, args.runs, args.warmup, args.out)
     except RuntimeError as exc:  # a BundleError, or raised inside TVM
-        print(f"run_batches: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
+        print(bundle_runner.error_line("run_batches", exc), file=sys.stderr)
         return 2
     print(json.dumps({k: results[k] for k in ("device", "device_name", "all_within_tolerance")}))
     return 0 if results["all_within_tolerance"] else 1

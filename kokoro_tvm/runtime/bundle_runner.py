@@ -298,13 +298,24 @@ def run_bundle(
     return results
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="run_bundle", description=__doc__.splitlines()[0])
+def runner_parser(prog: str, doc: str, out: str, runs: int, warmup: int) -> argparse.ArgumentParser:
+    """The arguments every bundle runner takes (run_bundle.py, run_batches.py, run_torch_peer.py)."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("bundle", help="the bundle folder (holds bundle.json)")
-    parser.add_argument("--device", default="cuda", help="cpu, cuda or metal (default cuda)")
-    parser.add_argument("--out", required=True, help="folder for results.json and outputs/")
-    parser.add_argument("--runs", type=int, default=10, help="timed calls per case (default 10)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first (default 2)")
+    parser.add_argument("--device", default="cuda", help="cpu or cuda (run_bundle.py: metal too; default cuda)")
+    parser.add_argument("--out", required=True, help=f"folder for {out}")
+    parser.add_argument("--runs", type=int, default=runs, help=f"timed calls (default {runs})")
+    parser.add_argument("--warmup", type=int, default=warmup, help=f"untimed calls first (default {warmup})")
+    return parser
+
+
+def error_line(prog: str, exc: BaseException) -> str:
+    """A runner's one line for a refusal: its first line, never a traceback."""
+    return f"{prog}: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+
+
+def main(argv=None) -> int:
+    parser = runner_parser("run_bundle", __doc__, "results.json and outputs/", runs=10, warmup=2)
     parser.add_argument(
         "--kernels",
         type=int,
@@ -323,7 +334,7 @@ def main(argv=None) -> int:
     try:
         results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out, args.kernels, args.against)
     except RuntimeError as exc:  # a BundleError, or raised inside TVM (a library that cannot load, nvcc's refusal)
-        print(f"run_bundle: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}", file=sys.stderr)
+        print(error_line("run_bundle", exc), file=sys.stderr)
         return 2
     print(json.dumps({k: results[k] for k in ("device", "device_name", "all_within_tolerance")}))
     return 0 if results["all_within_tolerance"] else 1

@@ -147,22 +147,30 @@ def shared_bytes(mod: tvm.IRModule) -> int:
     )
 
 
-class WithinSharedMemory:
-    """A dlight rule whose schedule is refused (the next rule tries) where it needs more shared memory than one
-    block may have, a symbolic size counted at its largest. dlight's GEMV rule caches whole rows in shared
-    memory: the masked AdaIN's mean over 7712 decoder frames took 482 KiB, and ptxas refused the decoder; in a
-    symbolic-length build such a row (the F0 conv's input) has no bound at all."""
+class _RefusesSchedules:
+    """A dlight rule whose schedule is returned unless `refuses` says no; then the next rule tries."""
 
     def __init__(self, rule):
         self.rule = rule
 
+    def refuses(self, schedule, target) -> bool:
+        raise NotImplementedError
+
     def apply(self, func, target, tunable):
         schedule = self.rule.apply(func, target, tunable)
-        if schedule is None:
-            return None
+        return None if schedule is None or self.refuses(schedule, target) else schedule
+
+
+class WithinSharedMemory(_RefusesSchedules):
+    """A dlight rule whose schedule is refused where it needs more shared memory than one block may have, a
+    symbolic size counted at its largest. dlight's GEMV rule caches whole rows in shared memory: the masked
+    AdaIN's mean over 7712 decoder frames took 482 KiB, and ptxas refused the decoder; in a symbolic-length
+    build such a row (the F0 conv's input) has no bound at all."""
+
+    def refuses(self, schedule, target) -> bool:
         limit = int(target.attrs.get("max_shared_memory_per_block", DEFAULT_SHARED_BYTES))
         candidates = schedule if isinstance(schedule, list) else [schedule]
-        return None if any(shared_bytes(c.mod) > limit for c in candidates) else schedule
+        return any(shared_bytes(c.mod) > limit for c in candidates)
 
 
 def _rows_and_length(func: tirx.PrimFunc) -> tuple[int, int]:
@@ -210,29 +218,23 @@ class DeclinesWhereItCannotApply:
             return None
 
 
-class LowersOrDeclines:
-    """A dlight rule (Fallback) whose schedule is refused (the next rule tries) where TVM's TIR lowering refuses it.
+class LowersOrDeclines(_RefusesSchedules):
+    """A dlight rule (Fallback) whose schedule is refused where TVM's TIR lowering fails on it.
     Fallback fuses every spatial loop into one; for a batch of B > 1 utterances that fuses the batch with the
     symbolic length, and the polyphase interleave of the x300 upsampling (`x[b, i % 5, i // 5]`) then has an
     index FlattenBuffer cannot prove exact ("The padding factor (s * 4800 + 175) * 5 is not divisible by
     s * 4800 + 175"): the batch-4 decoder for CUDA stopped there. Refused, BatchRowsOnGridY takes it. Every
     function Fallback schedules at batch 1 flattens, so batch-1 kernels are Fallback's as before."""
 
-    def __init__(self, rule):
-        self.rule = rule
-
-    def apply(self, func, target, tunable):
-        schedule = self.rule.apply(func, target, tunable)
-        if schedule is None:
-            return None
+    def refuses(self, schedule, target) -> bool:
         lowering, _, _ = tvm.tirx.get_default_tir_pipeline(target)  # what the VM's build runs on every function
         exported = {gv: f.with_attr("global_symbol", gv.name_hint) for gv, f in schedule.mod.functions.items()}
         try:  # as the VM's build sees it: a function with its own symbol (Relax attaches them), bound to the target
             lowering(tvm.tirx.transform.BindTarget(target)(tvm.IRModule(exported)))
         except tvm.error.InternalError as exc:
             log.debug("%s's schedule does not lower (the next rule tries): %s", type(self.rule).__name__, exc)
-            return None
-        return schedule
+            return True
+        return False
 
 
 def rules(counts: dict[str, int] | None = None):
