@@ -292,6 +292,7 @@ def test_a_bundle_travels_as_an_xz_archive_in_parts_and_unpacks_with_its_own_com
 def test_run_all_unpacks_runs_and_packs_the_results_in_one_command(tmp_path, tiny_library):
     """For a machine lent by the minute: transfer.json's run_all unpacks the parts, runs the bundle (here the
     tiny one on this CPU, with this Python as python3) and leaves its results in one archive to bring back."""
+    import io
     import os
     import shutil
     import subprocess
@@ -312,7 +313,9 @@ def test_run_all_unpacks_runs_and_packs_the_results_in_one_command(tmp_path, tin
     env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
     done = subprocess.run(transfer["run_all"], shell=True, cwd=there, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    with tarfile.open(there / "bundle" / RESULTS_ARCHIVE) as packed:
+    pieces = sorted((there / "bundle").glob(f"{RESULTS_ARCHIVE}.*"))
+    assert [p.name for p in pieces] == [f"{RESULTS_ARCHIVE}.00"]  # a few KiB: one piece
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in pieces))) as packed:
         results = json.loads(packed.extractfile("results/results.json").read())
     assert results["all_within_tolerance"] and results["cases"][0]["case"] == "one"
 

@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 
 ARCHIVE = "bundle.tar.xz"
-RESULTS_ARCHIVE = "results.tar.gz"  # what run_all leaves in bundle/ to bring back
+RESULTS_ARCHIVE = "results.tar.gz"  # what run_all leaves in bundle/ to bring back, in pieces .00, .01, ...
+# a lent machine gives back files of at most 16 MiB; the PyTorch peer's audio alone is about 10 MiB
+RESULTS_PIECE_MIB = 15
 # The most one copy to the GPU machine carries: a lent machine takes 64 MiB per command, the repository's own
 # files (about 1.3 MiB) and bundle.json included; `kokoro-tvm gpu-check --bundle-only --part-mib N` sets another.
 PART_BYTES = 60 * 2**20
@@ -102,9 +104,10 @@ def archive(bundle, dest, part_bytes: int) -> dict:
             transfer[f"run_{name}"] = f"cd bundle && {written[name]['run']}"
             runs.append(written[name]["run"])
     # everything in one command, for a machine lent by the minute: each run whether the one before passed or not,
-    # their results in one archive to bring back
+    # their results in one archive cut into pieces a copy back takes (`cat results.tar.gz.* | tar -xz` here)
     transfer["run_all"] = (
-        f"{transfer['unpack']} && cd bundle && ({'; '.join(runs)}); tar -czf {RESULTS_ARCHIVE} results"
+        f"{transfer['unpack']} && cd bundle && ({'; '.join(runs)}); "
+        f"tar -czf - results | split -d -b {RESULTS_PIECE_MIB}m - {RESULTS_ARCHIVE}."
     )
     (dest / "transfer.json").write_text(json.dumps(transfer, indent=1))
     return transfer
