@@ -161,6 +161,16 @@ def test_a_bad_bundle_is_one_line(tmp_path, tiny_library, capsys, spoil, message
     assert err.startswith("run_bundle: error:") and message in err and "\n" not in err
 
 
+def test_a_runner_without_tvm_to_import_says_so_in_one_line(tmp_path, tiny_library, capsys, monkeypatch):
+    """Run without the bundle's PYTHONPATH on a machine without TVM: one line that says where TVM is, no
+    traceback."""
+    folder = _bundle(tmp_path / "b", tiny_library)
+    monkeypatch.setitem(sys.modules, "tvm", None)  # `import tvm` fails as on a machine without it
+    assert bundle_runner.main([str(folder), "--device", "cpu", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("run_bundle: error:") and "PYTHONPATH" in err and "\n" not in err
+
+
 def test_a_bundle_runs_only_on_its_device(tmp_path, tiny_library, capsys):
     folder = _bundle(tmp_path / "b", tiny_library, device="cuda")
     assert bundle_runner.main([str(folder), "--device", "cpu", "--out", str(tmp_path / "r")]) == 2

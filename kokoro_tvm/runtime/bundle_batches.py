@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="run_batches: %(message)s")
     try:
         results = run_batches(args.bundle, args.device, args.runs, args.warmup, args.out)
-    except RuntimeError as exc:  # a BundleError, or raised inside TVM
+    except (RuntimeError, ImportError) as exc:  # a BundleError, raised inside TVM, or no TVM runtime to import
         print(bundle_runner.error_line("run_batches", exc), file=sys.stderr)
         return 2
     print(json.dumps({k: results[k] for k in ("device", "device_name", "all_within_tolerance")}))

@@ -310,8 +310,12 @@ def runner_parser(prog: str, doc: str, out: str, runs: int, warmup: int) -> argp
 
 
 def error_line(prog: str, exc: BaseException) -> str:
-    """A runner's one line for a refusal: its first line, never a traceback."""
-    return f"{prog}: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+    """A runner's one line for a refusal: its first line, never a traceback; a module that cannot be imported
+    (TVM's runtime, kokoro) with where the bundle's own run line finds it."""
+    line = f"{prog}: error: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+    if isinstance(exc, ImportError):
+        line += " (run it as its line in bundle.json does: that PYTHONPATH holds what it imports)"
+    return line
 
 
 def main(argv=None) -> int:
@@ -333,7 +337,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="run_bundle: %(message)s")
     try:
         results = run_bundle(args.bundle, args.device, args.runs, args.warmup, args.out, args.kernels, args.against)
-    except RuntimeError as exc:  # a BundleError, or raised inside TVM (a library that cannot load, nvcc's refusal)
+    except (RuntimeError, ImportError) as exc:  # a BundleError; TVM's (a library that cannot load, nvcc); no TVM
         print(error_line("run_bundle", exc), file=sys.stderr)
         return 2
     print(json.dumps({k: results[k] for k in ("device", "device_name", "all_within_tolerance")}))
