@@ -19,7 +19,7 @@ from kokoro_tvm.components import NAMES
 from kokoro_tvm.config import SAMPLE_RATE, SAMPLES_PER_FRAME
 from kokoro_tvm.runtime import bundle_batches
 
-# The batch sizes a GPU bundle carries unless told: 8 and 64 beside the bundle's batch 1 (the 1..64 in
+# The batch sizes a GPU bundle carries unless told: 8 and 64 beside the bundle's batch 1 (batches of 1 to 64 in
 # three points, each a CUDA library per component to compile as it loads on the lent machine's limited time)
 GPU_BATCHES = (8, 64)
 
