@@ -86,7 +86,8 @@ def score_torch_peer(folder, results_dir, utterances: list[dict]) -> list[dict] 
     """Per utterance and peer, from the runner's results (None where it did not run): its latency and audio
     seconds per second, durations against pt.dynamic's, its audio against pt.dynamic's (PESQ-WB, STOI: KModel
     draws its own SineGen noise, so these mix noise with error), and the compiled chain's latency from
-    `utterances` (score's rows, `components_seconds`) over it."""
+    `utterances` (score's rows, `components_seconds`: the components' medians summed, without the host steps
+    between them) over KModel's whole call."""
     from kokoro_tvm.evaluation.metrics import pesq_wb, stoi
 
     folder, results_dir = Path(folder), Path(results_dir)
