@@ -63,11 +63,12 @@ def _timed(component, tensors: list, runs: int, warmup: int) -> tuple[list[np.nd
 
 
 class _Libraries(dict):
-    """Library key -> its LoadedComponent, each loaded on first use (with CUDA, nvcc compiles it then)."""
+    """Library key -> its LoadedComponent, each loaded on first use (with CUDA, nvcc compiles it then); and
+    each case's inputs with the batch-1 build's outputs on them, computed once for every batch size."""
 
     def __init__(self, folder: Path, dev):
         super().__init__()
-        self.folder, self.dev = folder, dev
+        self.folder, self.dev, self.alone = folder, dev, {}
 
     def get_loaded(self, key: str, entry: dict):
         if key not in self:
@@ -76,14 +77,19 @@ class _Libraries(dict):
             log.info("%s loaded in %.1f s", key, time.perf_counter() - start)
         return self[key]
 
+    def inputs_and_alone(self, bundle: dict, case: dict) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        if case["name"] not in self.alone:
+            inputs = _inputs(self.folder, case)
+            single = self.get_loaded(case["library"], bundle["libraries"][case["library"]])
+            self.alone[case["name"]] = (inputs, _timed(single, single.upload(inputs, case.get("tiles")), 1, 0)[0])
+        return self.alone[case["name"]]
 
-def _utterance_row(folder: Path, bundle: dict, loaded: _Libraries, utterance: str, batch: int, runs: int, warmup: int):
+
+def _utterance_row(bundle: dict, loaded: _Libraries, utterance: str, batch: int, runs: int, warmup: int):
     """One utterance's chain at one batch size (module docstring)."""
     row, worst = {"batch": batch, "utterance": utterance, "components": {}}, 0.0
     for case in (c for c in bundle["cases"] if c["utterance"] == utterance):
-        inputs = _inputs(folder, case)
-        single = loaded.get_loaded(case["library"], bundle["libraries"][case["library"]])
-        alone, _ = _timed(single, single.upload(inputs, case.get("tiles")), 1, 0)
+        inputs, alone = loaded.inputs_and_alone(bundle, case)
         key, entry = _library(bundle, case, batch)
         tile = entry.get("length_tile")
         batched = loaded.get_loaded(key, entry)
@@ -124,7 +130,7 @@ def run_batches(folder, device: str = "cuda", runs: int = 3, warmup: int = 1, ou
     for batch in [1, *bundle["batches"]["sizes"]]:
         for utterance in bundle["batches"]["audio_seconds"]:
             try:
-                rows.append(_utterance_row(folder, bundle, loaded, utterance, batch, runs, warmup))
+                rows.append(_utterance_row(bundle, loaded, utterance, batch, runs, warmup))
             except RuntimeError as exc:  # TVM's: out of device memory at a large batch, say
                 rows.append({"batch": batch, "utterance": utterance, "error": str(exc).strip().splitlines()[0]})
             log.info("batch %d, %s: %s", batch, utterance, rows[-1].get("audio_per_second", rows[-1].get("error")))
