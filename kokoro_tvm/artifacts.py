@@ -23,9 +23,9 @@ log = logging.getLogger(__name__)
 LIFTED_FILE = "lifted_params.npz"
 
 # The source that decides what a build computes, relative to the package root: the compiler, the component
-# registry, and the reference model the export traces. Its digest is in every cache key, so an edit there (a
-# schedule rule, a converter) never meets an artifact built before it.
-BUILD_SOURCES = ("compiler", "components.py", "reference")
+# registry, the reference model the export traces, and the STFT bases we fix in every model. Its digest is in
+# every cache key, so an edit there (a schedule rule, a converter) never meets an artifact built before it.
+BUILD_SOURCES = ("compiler", "components.py", "reference", "weights/stft.py")
 
 
 def build_source_digest(root: Path | None = None, sources=BUILD_SOURCES) -> str:

@@ -95,10 +95,11 @@ def unit_cache(unit_cache_folder, monkeypatch):
 
 @pytest.fixture(scope="session")
 def random_model64():
-    """Kokoro-82M's architecture on seeded random weights, float64, with kokoro's exact STFT bases."""
+    """Kokoro-82M's architecture on seeded random weights, float64, with our fixed STFT bases (weights.stft)."""
     import torch
 
-    from kokoro_tvm.weights.resolve import exact_stft_bases, kmodel_skeleton
+    from kokoro_tvm.weights.resolve import kmodel_skeleton
+    from kokoro_tvm.weights.stft import exact_stft_bases
 
     with torch.random.fork_rng():
         torch.manual_seed(0)

@@ -47,11 +47,19 @@ def test_build_source_digest_follows_every_build_source_file(tmp_path):
     rule.write_text("TILE = 16\n")
     (tmp_path / "components.py").write_text("LENGTH_TILE = 8\n")
     (tmp_path / "reference" / "pt_dynamic.py").write_text("")
+    (tmp_path / "weights").mkdir()
+    bases = tmp_path / "weights" / "stft.py"
+    bases.write_text("SCALE = 1\n")
+    (tmp_path / "weights" / "resolve.py").write_text("")  # not a build source
     (tmp_path / "runtime.py").write_text("")  # not a build source
     before = build_source_digest(tmp_path)
     assert build_source_digest(tmp_path) == before
     (tmp_path / "runtime.py").write_text("changed = True\n")
+    (tmp_path / "weights" / "resolve.py").write_text("changed = True\n")
     assert build_source_digest(tmp_path) == before  # the runtime does not decide what a build computes
+    bases.write_text("SCALE = 2\n")  # the STFT bases every model gets
+    assert build_source_digest(tmp_path) != before
+    bases.write_text("SCALE = 1\n")
     rule.write_text("TILE = 8\n")  # a schedule edit
     edited = build_source_digest(tmp_path)
     assert edited != before

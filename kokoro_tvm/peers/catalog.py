@@ -39,6 +39,7 @@ from kokoro_tvm.config import load_vocab
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.peers.openvino import OpenVinoKokoro
 from kokoro_tvm.weights.resolve import embedded_onnx
+from kokoro_tvm.weights.stft import bases_digest
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,12 @@ def _audio_only(model):
 
 
 def onnx_fp32_export(model, fingerprint: str) -> Path:
-    """Our own fp32 ONNX file of `model` (cache: onnx/<weights fingerprint>-torch<version>.onnx), exported once."""
+    """Our own fp32 ONNX file of `model`, exported once (cache: onnx/<weights fingerprint>-stft<its STFT bases'
+    digest>-torch<version>-opset<n>.onnx: the bases are constants we fix, kokoro_tvm.weights.stft)."""
 
-    path = paths.cache_dir() / "onnx" / f"{fingerprint}-torch{torch.__version__.split('+')[0]}-opset{ONNX_OPSET}.onnx"
+    stft = bases_digest(model.decoder.generator.stft)
+    name = f"{fingerprint}-stft{stft}-torch{torch.__version__.split('+')[0]}-opset{ONNX_OPSET}.onnx"
+    path = paths.cache_dir() / "onnx" / name
     with paths.cache_lock(path):
         if path.exists():
             return path

@@ -1,6 +1,7 @@
 """The precision floor (notebook 07): how far PyTorch's own float32 model is from its float64 model on the same
 inputs, the distance any correct float32 reimplementation lands about (kokoro_tvm.evaluation.backends compares
-the backends themselves). Needs torch."""
+the backends themselves); and the STFT gap: how far the conv-based CustomSTFT model we compile is from stock
+kokoro's TorchSTFT model, with kokoro's bases and with ours (kokoro_tvm.weights.stft). Needs torch."""
 
 from __future__ import annotations
 
@@ -36,3 +37,49 @@ def precision_floor(text: str = "Hello world.", voice: str = "af_heart", seed: i
         "durations_equal": durations_equal,
         **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi")},
     }
+
+
+STFT_GAP_TEXTS = (
+    "Hello world.",
+    "A pot of tea helps to pass the evening, and the kettle sings while the rain comes down.",
+)
+
+
+def stock_stft_gap(texts=STFT_GAP_TEXTS, voice: str = "af_heart", seed: int = 0) -> list[dict]:
+    """Stock kokoro (`KModel(disable_complex=True)` is what we compile; stock's default is `False`, TorchSTFT) against
+    the CustomSTFT model with kokoro's own bases (`kokoro`) and with ours (`ours`, what every model we load
+    gets): durations, audio SNR, PESQ-WB and STOI against stock, each `forward_with_tokens` seeded alike.
+    `python -c "from kokoro_tvm.studies.audio_comparison import stock_stft_gap as f; print(f())"`"""
+    import torch
+    from kokoro.custom_stft import CustomSTFT
+
+    from kokoro_tvm.reference.pt_dynamic import stock_forward
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    stock, _ = load_kmodel(disable_complex=False)
+    ours, _ = load_kmodel(disable_complex=True)
+    kokoros, _ = load_kmodel(disable_complex=True)
+    fixed = kokoros.decoder.generator.stft
+    kokoros.decoder.generator.stft = CustomSTFT(fixed.n_fft, fixed.hop_length, fixed.win_length)  # kokoro's bases
+    rows = []
+    for text in texts:
+        (chunk,) = prepare(text=text)
+        style = load_voice(voice).style(len(chunk.phonemes))
+        runs = {}
+        for name, model in (("stock", stock), ("ours", ours), ("kokoro", kokoros)):
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                runs[name] = stock_forward(model, chunk.padded_ids, style)
+        (reference, durations) = runs["stock"]
+        for name in ("ours", "kokoro"):
+            audio, other_durations = runs[name]
+            metrics = audio_metrics(reference, audio)
+            rows.append(
+                {
+                    "text": text,
+                    "stft_bases": name,
+                    "durations_equal": bool(np.array_equal(durations, other_durations)),
+                    **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi")},
+                }
+            )
+    return rows

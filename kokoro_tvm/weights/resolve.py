@@ -26,6 +26,7 @@ from kokoro_tvm.config import kokoro_config
 from kokoro_tvm.errors import ResourceError
 from kokoro_tvm.paths import WEIGHTS_ENV, cache_dir, cache_lock, temporary_sibling
 from kokoro_tvm.weights import onnx_int8
+from kokoro_tvm.weights.stft import exact_stft_bases
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,8 @@ def load_weights(weights: str | os.PathLike | None = None) -> tuple[WeightsInfo,
 def load_kmodel(weights: str | os.PathLike | None = None, disable_complex: bool = True, dtype=torch.float32):
     """A KModel in eval mode with every parameter loaded strictly. Returns (model, WeightsInfo).
 
-    `disable_complex=True` selects kokoro's own conv-based CustomSTFT, the STFT the compiled decoder uses.
+    `disable_complex=True` selects kokoro's own conv-based CustomSTFT, the STFT the compiled decoder uses, its
+    bases fixed to compute stock kokoro's STFT and iSTFT (kokoro_tvm.weights.stft).
     """
     info, state_dicts = load_weights(weights)
     model = kmodel_skeleton(disable_complex=disable_complex)
@@ -230,17 +232,3 @@ def load_kmodel(weights: str | os.PathLike | None = None, disable_complex: bool 
     if disable_complex:
         exact_stft_bases(model.decoder.generator.stft)
     return model.eval().to(dtype), info
-
-
-def exact_stft_bases(stft) -> None:
-    """Zero the DFT basis rows that are exactly 0 in exact arithmetic (sin(pi k n / N) at k = 0 and k = N/2).
-
-    kokoro's CustomSTFT computes them as about 1e-15 instead: the Nyquist bin's imaginary part is then a sum
-    of tiny terms whose sign depends on summation order, so its phase flips between +pi and -pi from one
-    backend (or precision) to the next. With exact zeros every backend computes the same phase.
-    """
-    with torch.no_grad():
-        for name in ("weight_forward_imag", "weight_backward_imag"):
-            basis = getattr(stft, name)  # [n_fft / 2 + 1, 1, n_fft]
-            basis[0].zero_()
-            basis[-1].zero_()
