@@ -45,10 +45,13 @@ STFT_GAP_TEXTS = (
 )
 
 
-def stock_stft_gap(texts=STFT_GAP_TEXTS, voice: str = "af_heart", seed: int = 0) -> list[dict]:
-    """Stock kokoro (`KModel(disable_complex=True)` is what we compile; stock's default is `False`, TorchSTFT) against
-    the CustomSTFT model with kokoro's own bases (`kokoro`) and with ours (`ours`, what every model we load
-    gets): durations, audio SNR, PESQ-WB and STOI against stock, each `forward_with_tokens` seeded alike.
+def stock_stft_gap(
+    texts=STFT_GAP_TEXTS, voice: str = "af_heart", seed: int = 0, bases=("ours", "kokoro")
+) -> list[dict]:
+    """Stock kokoro's default model (`KModel()`, `disable_complex=False`: torch.stft / torch.istft) against the
+    conv-based CustomSTFT model we compile (`disable_complex=True`) with kokoro's own bases (`kokoro`) and with ours
+    (`ours`, what every model we load gets; kokoro_tvm.weights.stft): durations, audio SNR, PESQ-WB and STOI against
+    stock, each `forward_with_tokens` seeded alike. `bases` picks which of the two.
     `python -c "from kokoro_tvm.studies.audio_comparison import stock_stft_gap as f; print(f())"`"""
     import torch
     from kokoro.custom_stft import CustomSTFT
@@ -56,22 +59,25 @@ def stock_stft_gap(texts=STFT_GAP_TEXTS, voice: str = "af_heart", seed: int = 0)
     from kokoro_tvm.reference.pt_dynamic import stock_forward
     from kokoro_tvm.weights.resolve import load_kmodel
 
-    stock, _ = load_kmodel(disable_complex=False)
-    ours, _ = load_kmodel(disable_complex=True)
-    kokoros, _ = load_kmodel(disable_complex=True)
-    fixed = kokoros.decoder.generator.stft
-    kokoros.decoder.generator.stft = CustomSTFT(fixed.n_fft, fixed.hop_length, fixed.win_length)  # kokoro's bases
+    if not bases or set(bases) - {"ours", "kokoro"}:
+        raise ValueError(f"bases must be some of 'ours', 'kokoro', got {bases!r}")
+    models = {"stock": load_kmodel(disable_complex=False)[0]}
+    for name in bases:
+        models[name], _ = load_kmodel(disable_complex=True)
+    if "kokoro" in models:
+        fixed = models["kokoro"].decoder.generator.stft
+        models["kokoro"].decoder.generator.stft = CustomSTFT(fixed.n_fft, fixed.hop_length, fixed.win_length)
     rows = []
     for text in texts:
         (chunk,) = prepare(text=text)
         style = load_voice(voice).style(len(chunk.phonemes))
         runs = {}
-        for name, model in (("stock", stock), ("ours", ours), ("kokoro", kokoros)):
+        for name, model in models.items():
             torch.manual_seed(seed)
             with torch.no_grad():
                 runs[name] = stock_forward(model, chunk.padded_ids, style)
         (reference, durations) = runs["stock"]
-        for name in ("ours", "kokoro"):
+        for name in bases:
             audio, other_durations = runs[name]
             metrics = audio_metrics(reference, audio)
             rows.append(
