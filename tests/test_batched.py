@@ -188,7 +188,7 @@ def test_batch_of_three_equals_one_by_one_in_any_order(tmp_path, capsys):
         for speech_audio in (audio, other.audio):
             assert speech_audio.shape == one.audio.shape  # the same durations, so the same length
             # one utterance alone and in a batch: the same arithmetic per row, measured 320 dB apart (float32
-            # sums in another order at most); 100 dB is the bar, far above any audible difference
+            # sums in another order at most); 100 dB is marks.FP64_SNR_DB's exactness, far above any audible difference
             error = np.sum((speech_audio - one.audio) ** 2)
             assert 10 * np.log10(np.sum(one.audio**2) / max(error, 1e-30)) >= 100
         assert all(np.array_equal(a, b) for a, b in zip(one.durations, other.durations, strict=True))

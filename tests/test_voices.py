@@ -22,7 +22,8 @@ from kokoro_tvm.frontend.voices import (
     official_sums,
 )
 
-AF_HEART_SHA256 = "d583ccff3cdca2f7fae535cb998ac07e9fcb90f09737b9a41fa2734ec44a8f0b"  # the issue's own figure
+# af_heart from npm kokoro-js@1.2.1, pinned
+AF_HEART_SHA256 = "d583ccff3cdca2f7fae535cb998ac07e9fcb90f09737b9a41fa2734ec44a8f0b"
 
 
 @pytest.fixture(scope="session")

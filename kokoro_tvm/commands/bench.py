@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 # against PyTorch float64 on a 13.6 s paragraph (TVM fp32: 4.61); seeded, both 4.63 (NOTES/performance.md).
 QUALITY_SEED = 0
 
-# 11-12 s of speech with the default voice: the "10+ s utterance".
+# 11-12 s of speech with the default voice: an utterance of 10+ s, where per-call costs do not decide the ratios.
 DEFAULT_TEXT = (
     "The old lighthouse keeper climbed the spiral stairs every evening, counting each step aloud, "
     "and when he reached the lamp he wiped the glass until it shone like the morning sea."
