@@ -14,7 +14,7 @@ FP64_SNR_DB = 100.0
 STOCK_STFT_SNR_DB = 60.0
 
 # float32 build against PyTorch float32 (pt.dynamic, same noise): the same audio to a listener. Audio SNR cannot
-# be the bar: PyTorch's own fp32 model is only ~48 dB from its fp64 model (studies.audio_comparison.
+# be the bar: PyTorch's own fp32 model is only ~46-49 dB from its fp64 model (studies.audio_comparison.
 # precision_floor). PESQ-WB tops out at 4.64; 4.4 is "no audible difference" with room for fp32 summation order
 # (the builds measure 4.62 at worst on notebook 07's sentences); STOI 0.99 is intelligibility unchanged.
 FP32_PESQ_WB = 4.4
