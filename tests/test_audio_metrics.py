@@ -17,6 +17,8 @@ from kokoro_tvm.evaluation.metrics import (
     mel_filterbank,
     pesq_wb,
     pesq_windows,
+    snr_db,
+    windowed_snr_db,
 )
 
 RATE = 24_000
@@ -128,3 +130,24 @@ def test_a_backend_with_non_finite_audio_is_counted_not_scored():
     assert entry["non_finite"] == 1 and entry["sentences"] == 3
     assert entry["wer_mean"] == pytest.approx(0.2) and entry["pesq_wb"] == pytest.approx(3.5)
     assert entry["pesq_wb_worst"] == 3.0 and entry["stoi_worst"] is None  # the worst sentence, where computable
+
+
+def test_windowed_snr_tells_an_even_error_from_a_local_burst():
+    x, _, _ = _gliding_tone(seconds=2.0, silence_s=0.0)
+    rng = np.random.default_rng(0)
+    even = x + 10 ** (-30 / 20) * np.sqrt(np.mean(x**2)) * rng.standard_normal(x.size)  # 30 dB below, everywhere
+    burst = x.copy()
+    burst[24_000:24_480] += 0.3  # one 20 ms window only
+    snr, level = windowed_snr_db(x, even, 480)
+    assert snr.shape == level.shape == (100,)
+    # 480 samples of Gaussian noise: each window's error energy within about +-1.5 dB of its mean (3 sigma: 0.8 dB)
+    assert np.all(np.abs(snr - 30.0) < 1.5) and abs(np.median(snr) - snr_db(x, even)) < 0.5
+    snr, _ = windowed_snr_db(x, burst, 480)
+    assert np.isinf(np.delete(snr, 50)).all() and snr[50] < 10  # the burst's window alone, nowhere else
+    silent = np.zeros(960)
+    snr, level = windowed_snr_db(silent, silent, 480)
+    assert np.isinf(snr).all() and np.isneginf(level).all()
+    with pytest.raises(ValueError, match="window"):
+        windowed_snr_db(x, x, 0)
+    with pytest.raises(ValueError, match="1-D"):
+        windowed_snr_db(x, x[:-1], 480)

@@ -40,6 +40,24 @@ def snr_db(reference: np.ndarray, other: np.ndarray) -> float:
     return math.inf if err == 0 else float(10 * np.log10(np.sum(reference**2) / err))
 
 
+def windowed_snr_db(reference: np.ndarray, other: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per consecutive window of `window` samples (a shorter tail dropped): the SNR of `other` against `reference`
+    (inf where the window is identical) and the reference's level in dB (mean square; -inf where silent). Says
+    whether an error is even or a local burst, which one whole-utterance SNR or PESQ score cannot."""
+    reference, other = np.asarray(reference, np.float64), np.asarray(other, np.float64)
+    if reference.shape != other.shape or reference.ndim != 1:
+        raise ValueError(f"two 1-D signals of one length expected, got {reference.shape} vs {other.shape}")
+    if window < 1 or window > reference.size:
+        raise ValueError(f"window must be 1..{reference.size} samples, got {window}")
+    n = reference.size // window
+    signal = (reference[: n * window].reshape(n, window) ** 2).sum(axis=1)
+    error = ((other[: n * window] - reference[: n * window]).reshape(n, window) ** 2).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        snr = np.where(error == 0, np.inf, 10 * np.log10(signal / error))
+        level = 10 * np.log10(signal / window)
+    return snr, level
+
+
 # The `pesq` package's C code overflows a fixed buffer on long input and kills the process with signal 11 (no
 # exception to catch): measured here on 128 s of speech (our longest utterance, 5120 frames) while 125 s passed.
 # Longer audio is scored in equal windows of at most this many seconds, half that limit.
