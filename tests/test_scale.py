@@ -336,7 +336,16 @@ def test_a_killed_worker_loses_nothing(tmp_path):
             assert all(np.array_equal(sent[b], kept[b]) for b in backends)
         again = evaluate(sentences, out, backends=backends, scheduler=address, threads=1, progress=False)
         assert again["ran"] == 0 and again["skipped"] == len(sentences)
-        assert json.loads((out / "summary.json").read_text())["summary"] == serial["summary"]
+        summary = json.loads((out / "summary.json").read_text())["summary"]  # per backend, from the rows above: the
+        # same 1e-12 relative as the rows (a mean over rows carries their last bits)
+        assert [sorted(s) for s in summary] == [sorted(s) for s in serial["summary"]]
+        unequal = [
+            (a["backend"], k, a[k], b[k])
+            for a, b in zip(summary, serial["summary"], strict=True)
+            for k in a
+            if not same(a[k], b[k])
+        ]
+        assert not unequal, unequal
     finally:
         done.set()
         _stop(*workers, scheduler)
