@@ -22,6 +22,11 @@ from kokoro_tvm.cli import main
         (["weights", "--weights", "/does/not/exist.pth"], "does not exist"),
         (["compare", "--text", "", "--json"], "nothing to say"),
         (["compare", "--text", "hi", "--precision", "fp16"], None),
+        (["say", "hello", "--seed", "-1", "-o", "x.wav"], None),  # numpy's generator takes no negative seed
+        (["compare", "--text", "hi", "--seed", "-1"], None),
+        (["compare", "--text", "hi", "--bucket", "0"], None),
+        (["evaluate", "--threads", "0", "--out", "ev"], None),
+        (["evaluate", "--workers", "-1", "--out", "ev"], None),
     ],
 )
 def test_bad_input_gives_one_clear_error(argv, message, capsys, tmp_path, monkeypatch):

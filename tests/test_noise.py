@@ -49,3 +49,16 @@ def test_per_second_snr_follows_an_error_that_grows_along_the_audio():
     error[SAMPLE_RATE:] *= 10.0
     first, second = per_second_snr(reference, reference + error)
     assert abs(first - 60.0) < 0.5 and abs(second - 40.0) < 0.5  # 1e-3 and 1e-2 relative amplitude; 0.5 dB: sampling
+
+
+@pytest.mark.parametrize("noise", [-1, "seeded:-2", SeededNoise(-3)])
+def test_a_negative_seed_is_refused_in_one_line_before_any_model_loads(noise, monkeypatch):
+    import kokoro_tvm.synthesis as synthesis
+    from kokoro_tvm.errors import InputError
+
+    def no_backend(*args, **kwargs):
+        raise AssertionError("a backend was made before the noise was checked")
+
+    monkeypatch.setattr(synthesis, "make_backend", no_backend)  # the name synthesize calls it by
+    with pytest.raises(InputError, match="noise seed must be a non-negative integer"):
+        synthesis.synthesize("Hello.", noise=noise)

@@ -30,6 +30,17 @@ def positive_int(value: str) -> int:
     return number
 
 
+def non_negative_int(value: str) -> int:
+    """An integer >= 0 (a noise seed: numpy's generator takes no negative one; a worker count, 0 meaning none)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return number
+
+
 def batch_sizes(value: str) -> tuple[int, ...]:
     """Comma-separated batch sizes ("8,64"), or "none"."""
     if value.strip().lower() == "none":

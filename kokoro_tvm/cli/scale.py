@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from kokoro_tvm.cli.options import command
+from kokoro_tvm.cli.options import command, non_negative_int, positive_int
 from kokoro_tvm.components import TIMED_PRECISIONS
 
 log = logging.getLogger("kokoro_tvm.cli")
@@ -19,7 +19,7 @@ def _add_cluster(parser) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=non_negative_int,
         help="local cluster: worker processes (default: one per core); evaluate --workers 0: in this process, no Dask",
     )
 
@@ -31,7 +31,9 @@ def _add_evaluate(sub) -> None:
     parser.add_argument("--voices", default="af_heart", help="comma-separated voice names (default af_heart)")
     choices = ", ".join(TIMED_PRECISIONS)
     parser.add_argument("--precisions", default="fp32,int8", help=f"TVM builds, comma-separated, from {choices}")
-    parser.add_argument("--threads", type=int, help="compute threads per task (default: cores / local workers)")
+    parser.add_argument(
+        "--threads", type=positive_int, help="compute threads per task (default: cores / local workers)"
+    )
     parser.add_argument("--out", default="outputs/evaluate", help="results folder; a rerun skips what is there")
     parser.add_argument(
         "--wavs",

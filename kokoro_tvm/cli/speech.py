@@ -11,6 +11,7 @@ from kokoro_tvm.cli.options import (
     add_voice,
     add_weights,
     command,
+    non_negative_int,
     positive_int,
     precision_help,
 )
@@ -50,7 +51,7 @@ def _add_say(sub) -> None:
     )
     parser.add_argument("--buckets", default="default", help=BUCKETS_HELP)
     parser.add_argument("--phonemes", action="store_true", help="TEXT is a Kokoro phoneme string")
-    parser.add_argument("--seed", type=int, default=0, help="seed of SineGen's noise (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of SineGen's noise (default 0)")
     parser.add_argument("--zero-noise", action="store_true", help="no SineGen noise at all")
     parser.add_argument("--format", choices=WAV_FORMATS, default="float32", help="WAV sample format")
     add_weights(parser)
@@ -64,8 +65,8 @@ def _add_compare(sub) -> None:
     parser.add_argument("--text", required=True)
     add_voice(parser)
     add_precision(parser, "TVM's arithmetic, always against pt.dynamic in fp32 (fp64: in fp64)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the SineGen noise both backends get")
-    parser.add_argument("--bucket", type=int, help="pad the aligned-frame axis to N frames (default: exact)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of the SineGen noise both backends get")
+    parser.add_argument("--bucket", type=positive_int, help="pad the aligned-frame axis to N frames (default: exact)")
     parser.add_argument(
         "--buckets", default="exact", help="TVM's shapes: 'exact' (default), a bucket set, or 'dynamic' (as for say)"
     )

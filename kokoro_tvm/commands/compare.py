@@ -13,8 +13,8 @@ from kokoro_tvm.evaluation import metrics
 from kokoro_tvm.evaluation.metrics import word_error_rate
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
-from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
+from kokoro_tvm.synthesis import check_noise
 
 TOKEN_BUCKET_STEP = 16
 
@@ -68,6 +68,7 @@ def compare_text(
     from kokoro_tvm.weights.resolve import load_kmodel
 
     dtype = check_precision(precision, device).dtype  # before any text, weights or build work
+    noise = check_noise(seed)
     if bucket is not None and buckets != "exact":
         raise InputError("--bucket pads one utterance by hand; it goes with --buckets exact only")
     bucket_set = None if buckets == "exact" else parse_buckets(buckets)
@@ -76,7 +77,6 @@ def compare_text(
     pack = load_voice(voice)
     style = pack.style(len(chunk.phonemes))
     model, info = load_kmodel(weights, dtype=getattr(torch, dtype))
-    noise = SeededNoise(seed)
     reference = run_stages(model, chunk.padded_ids, style, speed=speed, noise=noise)
     token_bucket = token_bucket_for(len(chunk.padded_ids)) if bucket is not None else None
     runtime = compiled_kokoro(model, info.fingerprint, precision, buckets=bucket_set, device=device)

@@ -71,6 +71,16 @@ def check_speed(speed: float) -> float:
     return float(speed)
 
 
+def check_noise(noise) -> NoiseSource:
+    """noise_source's NoiseSource, a seed checked first: numpy's generator refuses a negative one from deep inside."""
+    seed = noise if isinstance(noise, int) and not isinstance(noise, bool) else getattr(noise, "seed", None)
+    if isinstance(noise, str) and noise.startswith("seeded:") and noise[len("seeded:") :].lstrip("-").isdigit():
+        seed = int(noise[len("seeded:") :])
+    if isinstance(seed, int) and seed < 0:
+        raise InputError(f"the noise seed must be a non-negative integer, got {seed}")
+    return noise_source(noise)
+
+
 @dataclass
 class _Request:
     """What synthesize and synthesize_stream share, validated before any model loads: the phonemes (as the chunks
@@ -88,7 +98,7 @@ class _Request:
     @classmethod
     def make(cls, text, phonemes, voice, speed, noise, backend, weights, buckets, device, precision, language):
         """The request `synthesize`'s arguments (in its order) make."""
-        speed, noise = check_speed(speed), noise_source(noise)
+        speed, noise = check_speed(speed), check_noise(noise)
         if isinstance(backend, str):
             check_backend(backend, device, precision, weights)
         language = language or language_of(voice) or DEFAULT_LANGUAGE
