@@ -192,3 +192,26 @@ def test_batch_of_three_equals_one_by_one_in_any_order(tmp_path, capsys):
             error = np.sum((speech_audio - one.audio) ** 2)
             assert 10 * np.log10(np.sum(one.audio**2) / max(error, 1e-30)) >= 100
         assert all(np.array_equal(a, b) for a, b in zip(one.durations, other.durations, strict=True))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda api: api.synthesize(123), "text must be a string"),
+        (lambda api: api.synthesize(phonemes=5), "phonemes must be a string"),
+        (lambda api: api.synthesize("Hello.", voice=None), "voice must be a voice name"),
+        # a str is a sequence: unrefused, "Hello" would be five one-letter utterances
+        (lambda api: api.batch.synthesize_batch("Hello"), "texts must be a list of strings"),
+    ],
+)
+def test_wrong_types_in_the_api_are_one_clear_type_error_before_any_model(call, message, monkeypatch):
+    import kokoro_tvm.synthesis as api
+    import kokoro_tvm.synthesis.batch
+
+    def no_backend(*args, **kwargs):
+        raise AssertionError("a backend was made before the arguments were checked")
+
+    monkeypatch.setattr(api, "make_backend", no_backend)
+    monkeypatch.setattr(kokoro_tvm.synthesis.batch, "make_backend", no_backend)
+    with pytest.raises(TypeError, match=message):
+        call(api)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -98,6 +99,11 @@ class _Request:
     @classmethod
     def make(cls, text, phonemes, voice, speed, noise, backend, weights, buckets, device, precision, language):
         """The request `synthesize`'s arguments (in its order) make."""
+        for name, value in (("text", text), ("phonemes", phonemes)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+        if not isinstance(voice, (str, os.PathLike)):
+            raise TypeError(f"voice must be a voice name or a pack file's path, got {voice!r}")
         speed, noise = check_speed(speed), check_noise(noise)
         if isinstance(backend, str):
             check_backend(backend, device, precision, weights)

@@ -44,6 +44,8 @@ def synthesize_batch(
 ) -> list[Speech]:
     """One Speech per text, in order; `voices`: one voice for all, or one per text. Every text is phonemized and
     checked before any model loads; a bad one raises an InputError naming its place (`text 3: ...`)."""
+    if isinstance(texts, str):  # a str is a sequence too: each character would be an utterance
+        raise TypeError("texts must be a list of strings, one per utterance; got one string (wrap it in a list)")
     texts = list(texts)
     voices = [voices] * len(texts) if isinstance(voices, str) else list(voices)
     if not texts or len(voices) != len(texts):
