@@ -20,25 +20,23 @@ BUCKETS_HELP = (
 )
 
 
-def positive_int(value: str) -> int:
+def _integer_at_least(value: str, minimum: int, kind: str) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"must be a {kind} integer, got {value!r}") from None
+    if number < minimum:
+        raise argparse.ArgumentTypeError(f"must be a {kind} integer, got {value}")
     return number
+
+
+def positive_int(value: str) -> int:
+    return _integer_at_least(value, 1, "positive")
 
 
 def non_negative_int(value: str) -> int:
     """An integer >= 0 (a noise seed: numpy's generator takes no negative one; a worker count, 0 meaning none)."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return number
+    return _integer_at_least(value, 0, "non-negative")
 
 
 def batch_sizes(value: str) -> tuple[int, ...]:
