@@ -102,3 +102,33 @@ def test_openvino_f32_speaks_like_pytorch(kmodel, default_voice):
     assert quality["durations_equal"] and quality["length_equal"], quality
     assert quality["pesq_wb"] >= 4.5 and quality["log_mel_l1"] < 0.01, quality
     assert peer.compile_s > 0 and {part for part, _length in peer.compiled} == set(PARTS)
+
+
+@pytest.mark.real
+def test_pytorch_bf16_is_judged_against_stock_fp32_drawing_the_same_noise(kmodel, default_voice, monkeypatch):
+    """torch_seeded_quality's premise, checked: seeded alike, stock fp32 and autocast bf16 draw SineGen's noise
+    (torch.rand, torch.randn_like) identically, in float32; only torch_bf16 is judged that way."""
+    import torch
+
+    from kokoro_tvm.evaluation.quality import torch_seeded_quality
+    from kokoro_tvm.frontend.text import prepare
+    from kokoro_tvm.peers.catalog import TorchBf16, TorchEager
+
+    model, _ = kmodel
+    (chunk,) = prepare(text="Seven small boats.")  # autocast keeps its durations ("Hello world." loses 600 samples)
+    style = default_voice.style(len(chunk.phonemes))
+    draws = []
+    for name in ("rand", "randn_like"):
+        real = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *a, _real=real, **k: draws.append(_real(*a, **k)) or draws[-1])
+    peers = {"torch": TorchEager(model), "torch_bf16": TorchBf16(model)}
+    quality = torch_seeded_quality(model, chunk.padded_ids, style, peers, seed=3)
+    assert list(quality) == ["torch_bf16"]  # fp32 eager against itself would say nothing
+    half = len(draws) // 2  # the reference's draws, then the peer's
+    assert half >= 3 and len(draws) == 2 * half
+    pairs = zip(draws[:half], draws[half:], strict=True)
+    assert all(a.dtype == b.dtype == torch.float32 and torch.equal(a, b) for a, b in pairs)
+    q = quality["torch_bf16"]
+    assert q["same_noise"] and q["length_equal"] and q["durations_equal"] is None
+    # bf16 rounding of every matmul and conv: audibly different (PESQ-WB 3.77 on the bench sentence), never equal
+    assert q["log_mel_l1"] > 0 and q["pesq_wb"] < 4.6

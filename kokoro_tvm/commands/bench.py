@@ -45,7 +45,7 @@ from kokoro_tvm.compiled import check_precision, compiled_kokoro
 from kokoro_tvm.components import TIMED_PRECISIONS, precision_list
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.errors import InputError
-from kokoro_tvm.evaluation.quality import backend_quality
+from kokoro_tvm.evaluation.quality import backend_quality, torch_seeded_quality
 from kokoro_tvm.frontend.text import DEFAULT_LANGUAGE, one_chunk
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
 from kokoro_tvm.machine import machine
@@ -177,6 +177,7 @@ def bench(
     record["quality"] = backend_quality(
         reference, peer_audio, durations, {plan.name(v): stages for v, stages in first.items()}
     )
+    record["quality"].update(torch_seeded_quality(model, chunk.padded_ids, style, setup, QUALITY_SEED))
     if components:
         record["per_component"] = _per_component(model, compiled[plan.variants[0]], recorder.inputs, runs, warmup)
     return record

@@ -6,6 +6,11 @@ the noise as inputs; stock PyTorch, torch.compile and the ONNX exports draw thei
 equal the reference's (None where the backend does not expose them: then `length_equal`, the total, is what is
 known), log-mel L1 and PESQ-WB (None when the lengths differ: no sample-aligned comparison exists).
 
+`torch_seeded_quality`: PyTorch bf16 autocast draws SineGen's noise from torch's generator, as stock fp32 does, and
+autocast leaves those draws in fp32: seeded alike, the two draw the same noise, so its audio is judged against stock
+fp32 (`KModel.forward_with_tokens`, the same seed) with the noise equal (`same_noise`), its own precision's error
+alone. (torch.compile's inductor draws with its own generator: it stays an own-noise peer.)
+
 `lead_over_peers`: TVM's fastest build over the fastest peer whose audio keeps PESQ-WB >= `min_pesq` (the bar every
 build of ours is held to). Only a peer that runs with the reference's noise can be held to it; one that draws its
 own noise is always counted (its PESQ mixes noise with error), so the lead is never flattered by excluding it.
@@ -13,12 +18,15 @@ own noise is always counted (its PESQ mixes noise with error), so the lead is ne
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from kokoro_tvm import marks
 from kokoro_tvm.evaluation import metrics
 
 SAME_NOISE_PEERS = ("openvino_f32", "openvino_bf16")  # peers that take the SineGen noise as inputs
+TORCH_SEEDED_PEERS = ("torch_bf16",)  # peers judged against stock fp32 drawing the same noise (module docstring)
 MIN_PESQ = marks.REDUCED_PESQ_WB  # a peer leads only where it keeps the bar our reduced-precision builds keep
 
 
@@ -46,6 +54,25 @@ def backend_quality(reference, peer_audio: dict, peer_durations: dict, tvm_stage
     for name, stages in tvm_stages.items():
         quality[name] = {"same_noise": True, **audio_quality(reference, stages.audio, stages.durations)}
     return quality
+
+
+def torch_seeded_quality(model, padded_ids, style, peers: dict, seed: int) -> dict:
+    """{peer: audio_quality + same_noise} for the TORCH_SEEDED_PEERS among `peers` ({name: peer object}): each
+    against stock fp32 (peers.catalog.TorchEager), both after `torch.manual_seed(seed)`; durations unknown (the
+    peers return audio only), so `length_equal` says whether they agree."""
+    import torch
+
+    from kokoro_tvm.peers.catalog import TorchEager
+
+    def seeded(peer):
+        torch.manual_seed(seed)
+        return np.asarray(peer.speak(padded_ids, style), dtype=np.float32).reshape(-1)
+
+    names = [name for name in TORCH_SEEDED_PEERS if name in peers]
+    if not names:
+        return {}
+    reference = SimpleNamespace(audio=seeded(TorchEager(model)), durations=None)
+    return {name: {"same_noise": True, **audio_quality(reference, seeded(peers[name]))} for name in names}
 
 
 def lead_over_peers(record: dict, min_pesq: float = MIN_PESQ) -> dict | None:
