@@ -121,10 +121,15 @@ def test_pytorch_bf16_is_judged_against_stock_fp32_drawing_the_same_noise(kmodel
     for name in ("rand", "randn_like"):
         real = getattr(torch, name)
         monkeypatch.setattr(torch, name, lambda *a, _real=real, **k: draws.append(_real(*a, **k)) or draws[-1])
-    peers = {"torch": TorchEager(model), "torch_bf16": TorchBf16(model)}
-    quality = torch_seeded_quality(model, chunk.padded_ids, style, peers, seed=3)
-    assert list(quality) == ["torch_bf16"]  # fp32 eager against itself would say nothing
-    half = len(draws) // 2  # the reference's draws, then the peer's
+
+    def seeded(peer):  # as bench speaks each peer's untimed first call
+        torch.manual_seed(3)
+        return peer.speak(chunk.padded_ids, style)
+
+    alone = {"torch_bf16": seeded(TorchBf16(model))}  # the judge speaks stock fp32 itself, after the same seed
+    quality = torch_seeded_quality(model, chunk.padded_ids, style, alone, seed=3)
+    assert list(quality) == ["torch_bf16"]
+    half = len(draws) // 2  # the peer's draws, then the reference's
     assert half >= 3 and len(draws) == 2 * half
     pairs = zip(draws[:half], draws[half:], strict=True)
     assert all(a.dtype == b.dtype == torch.float32 and torch.equal(a, b) for a, b in pairs)
@@ -132,3 +137,6 @@ def test_pytorch_bf16_is_judged_against_stock_fp32_drawing_the_same_noise(kmodel
     assert q["same_noise"] and q["length_equal"] and q["durations_equal"] is None
     # bf16 rounding of every matmul and conv: audibly different (PESQ-WB 3.77 on the bench sentence), never equal
     assert q["log_mel_l1"] > 0 and q["pesq_wb"] < 4.6
+    # with the `torch` peer's own seeded audio the judge reuses it: the same verdict, and fp32 eager is not judged
+    both = {"torch": seeded(TorchEager(model)), **alone}
+    assert torch_seeded_quality(model, chunk.padded_ids, style, both, seed=3) == quality

@@ -163,24 +163,28 @@ def bench(
         for variant, runtime in compiled.items():
             first[variant] = runtime.run_stages(chunk.padded_ids, style, 1.0, noise)
     speakers = {name: (lambda p=peer: p.speak(chunk.padded_ids, style, 1.0)) for name, peer in setup.items()}
-    peer_audio = {name: np.asarray(speak()) for name, speak in speakers.items()}  # compiling peers compile here
+    peer_audio = {name: _seeded(speak, torch) for name, speak in speakers.items()}  # compiling peers compile here
     reference = run_stages(model, chunk.padded_ids, style, 1.0, noise)
     for variant, runtime in compiled.items():
         speakers[plan.name(variant)] = lambda r=runtime: r.run_stages(chunk.padded_ids, style, 1.0, noise)
     samples = interleaved(speakers, runs, warmup)
     record = {"text": text, "voice": pack.name, "threads": threads, "runs": runs, "machine": machine().as_dict()}
-    record["noise"] = noise.description
-    record["weights_fingerprint"] = info.fingerprint
+    record.update(noise=noise.description, weights_fingerprint=info.fingerprint)
     size = _utterance_size(model, chunk, style, reference)
     record.update(_timings(plan, samples, setup, first, size, len(chunk.padded_ids)))
     durations = {name: peer.durations for name, peer in setup.items() if getattr(peer, "durations", None) is not None}
     record["quality"] = backend_quality(
         reference, peer_audio, durations, {plan.name(v): stages for v, stages in first.items()}
     )
-    record["quality"].update(torch_seeded_quality(model, chunk.padded_ids, style, setup, QUALITY_SEED))
+    record["quality"].update(torch_seeded_quality(model, chunk.padded_ids, style, peer_audio, QUALITY_SEED))
     if components:
         record["per_component"] = _per_component(model, compiled[plan.variants[0]], recorder.inputs, runs, warmup)
     return record
+
+
+def _seeded(speak, torch):  # a peer's untimed first call, torch's generator seeded: evaluation.quality's judge
+    torch.manual_seed(QUALITY_SEED)
+    return np.asarray(speak())
 
 
 def _utterance_size(model, chunk, style, reference) -> tuple[float, float]:

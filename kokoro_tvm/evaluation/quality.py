@@ -56,23 +56,24 @@ def backend_quality(reference, peer_audio: dict, peer_durations: dict, tvm_stage
     return quality
 
 
-def torch_seeded_quality(model, padded_ids, style, peers: dict, seed: int) -> dict:
-    """{peer: audio_quality + same_noise} for the TORCH_SEEDED_PEERS among `peers` ({name: peer object}): each
-    against stock fp32 (peers.catalog.TorchEager), both after `torch.manual_seed(seed)`; durations unknown (the
-    peers return audio only), so `length_equal` says whether they agree."""
-    import torch
-
-    from kokoro_tvm.peers.catalog import TorchEager
-
-    def seeded(peer):
-        torch.manual_seed(seed)
-        return np.asarray(peer.speak(padded_ids, style), dtype=np.float32).reshape(-1)
-
-    names = [name for name in TORCH_SEEDED_PEERS if name in peers]
+def torch_seeded_quality(model, padded_ids, style, peer_audio: dict, seed: int) -> dict:
+    """{peer: audio_quality + same_noise} for the TORCH_SEEDED_PEERS in `peer_audio` ({name: audio}, each spoken
+    after `torch.manual_seed(seed)`): against stock fp32 (peers.catalog.TorchEager) spoken after the same seed, or
+    the `torch` peer's audio, which is that. Durations unknown (the peers return audio only): `length_equal` says
+    whether they agree."""
+    names = [name for name in TORCH_SEEDED_PEERS if name in peer_audio]
     if not names:
         return {}
-    reference = SimpleNamespace(audio=seeded(TorchEager(model)), durations=None)
-    return {name: {"same_noise": True, **audio_quality(reference, seeded(peers[name]))} for name in names}
+    stock = peer_audio.get("torch")
+    if stock is None:
+        import torch
+
+        from kokoro_tvm.peers.catalog import TorchEager
+
+        torch.manual_seed(seed)
+        stock = TorchEager(model).speak(padded_ids, style)
+    reference = SimpleNamespace(audio=np.asarray(stock, dtype=np.float32).reshape(-1), durations=None)
+    return {name: {"same_noise": True, **audio_quality(reference, peer_audio[name])} for name in names}
 
 
 def lead_over_peers(record: dict, min_pesq: float = MIN_PESQ) -> dict | None:

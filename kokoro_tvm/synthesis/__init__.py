@@ -37,7 +37,7 @@ from kokoro_tvm.frontend.text import (
     tokenize,
 )
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE, language_of, load_voice
-from kokoro_tvm.reference.noise import NoiseSource, noise_source
+from kokoro_tvm.reference.noise import NoiseSource, SeededNoise, noise_source
 from kokoro_tvm.synthesis.backends import check_backend, make_backend
 
 log = logging.getLogger(__name__)
@@ -73,13 +73,12 @@ def check_speed(speed: float) -> float:
 
 
 def check_noise(noise) -> NoiseSource:
-    """noise_source's NoiseSource, a seed checked first: numpy's generator refuses a negative one from deep inside."""
-    seed = noise if isinstance(noise, int) and not isinstance(noise, bool) else getattr(noise, "seed", None)
-    if isinstance(noise, str) and noise.startswith("seeded:") and noise[len("seeded:") :].lstrip("-").isdigit():
-        seed = int(noise[len("seeded:") :])
-    if isinstance(seed, int) and seed < 0:
-        raise InputError(f"the noise seed must be a non-negative integer, got {seed}")
-    return noise_source(noise)
+    """noise_source's NoiseSource, its seed checked: numpy's generator refuses a negative one from deep inside, at
+    the first draw. (Here, not in SeededNoise: kokoro_tvm.reference is a build source, hashed into every build.)"""
+    source = noise_source(noise)
+    if isinstance(source, SeededNoise) and source.seed < 0:
+        raise InputError(f"the noise seed must be a non-negative integer, got {source.seed}")
+    return source
 
 
 @dataclass
