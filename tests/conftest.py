@@ -99,12 +99,12 @@ def random_model64():
     import torch
 
     from kokoro_tvm.weights.resolve import kmodel_skeleton
-    from kokoro_tvm.weights.stft import exact_stft_bases
+    from kokoro_tvm.weights.stft import match_stock_stft
 
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = kmodel_skeleton().eval()
-    exact_stft_bases(model.decoder.generator.stft)
+    match_stock_stft(model.decoder.generator.stft)
     return model.double()
 
 

@@ -8,7 +8,7 @@ from random_builds import RANDOM_FINGERPRINT, VALID_FRAMES, VALID_TOKENS, bucket
 
 from kokoro_tvm.compiler.build import BuildSpec, build
 from kokoro_tvm.compiler.export import component_module
-from kokoro_tvm.compiler.ops.masked_norm import masked_instance_norm
+from kokoro_tvm.compiler.ops.masked_norm import PAD_TAILS, masked_instance_norm
 from kokoro_tvm.components import NAMES
 from kokoro_tvm.reference.pt_dynamic import default_dtype, explicit_sine_noise_tensors
 from kokoro_tvm.runtime.vm import ComponentRunner
@@ -94,6 +94,22 @@ def test_masked_instance_norm_uses_only_valid_frames():
     for b, n in enumerate(lengths.tolist()):
         np.testing.assert_allclose(got[b, :, :n], want[b], atol=1e-12)
         assert not got[b, :, n:].any()
+
+
+@pytest.mark.parametrize("mode", list(PAD_TAILS))
+def test_a_pad_tail_gives_the_padded_end_what_the_unpadded_pad_gives_it(mode):
+    """A centre pad of `pad` samples on a garbage-tailed buffer, with the tail filled by PAD_TAILS[mode], puts in
+    front of each signal's end the very samples F.pad puts after the unpadded signal: exact (copies only)."""
+    pad, x = 10, garbage((3, 64), 7)
+    lengths = torch.tensor([64, 11, 37])  # the buffer's own length, reflect's shortest (pad + 1), one between
+    padded = centre_pad(PAD_TAILS[mode](x, lengths), pad, mode)
+    for b, n in enumerate(lengths.tolist()):
+        want = centre_pad(x[b : b + 1, :n], pad, mode)[0]
+        assert torch.equal(padded[b, : n + 2 * pad], want)
+
+
+def centre_pad(x, pad, mode):
+    return torch.nn.functional.pad(x[:, None], (pad, pad), mode=mode)[:, 0]
 
 
 @pytest.mark.parametrize("component", list(BUCKETS))

@@ -5,7 +5,7 @@ import pytest
 import torch
 from kokoro.custom_stft import CustomSTFT
 
-from kokoro_tvm.weights.stft import bases_digest, exact_stft_bases, overlap_envelope
+from kokoro_tvm.weights.stft import bases_digest, match_stock_stft, overlap_envelope
 
 N_FFT, HOP = 20, 5  # Kokoro-82M's generator (gen_istft_n_fft, gen_istft_hop_size)
 
@@ -13,7 +13,7 @@ N_FFT, HOP = 20, 5  # Kokoro-82M's generator (gen_istft_n_fft, gen_istft_hop_siz
 def _stft(fixed: bool) -> CustomSTFT:
     stft = CustomSTFT(filter_length=N_FFT, hop_length=HOP, win_length=N_FFT)
     if fixed:
-        exact_stft_bases(stft)
+        match_stock_stft(stft)
     return stft
 
 
@@ -51,6 +51,34 @@ def test_kokoros_own_inverse_is_not_torch_istft():
     assert torch.linalg.norm(theirs - stock) / torch.linalg.norm(stock) > 0.1
 
 
+def _spectra(stft, x):
+    """The complex spectrum `stft` makes of x, beside torch.stft's (center=True: reflect pad), as stock kokoro's
+    TorchSTFT calls it. Complex, so a phase at +pi in one and -pi in the other (float32 rounding of an imaginary
+    part near 0) is the same value."""
+    magnitude, phase = stft.transform(x)
+    stock = torch.stft(x, N_FFT, HOP, N_FFT, window=torch.hann_window(N_FFT), return_complex=True)
+    return magnitude * torch.exp(1j * phase), stock
+
+
+def test_fixed_forward_is_torch_stft_to_the_last_frame():
+    x = torch.randn(3, 1000, generator=torch.Generator().manual_seed(2))
+    ours, stock = _spectra(_stft(fixed=True), x)
+    assert ours.shape == stock.shape
+    # float32 sums of 20 products of size ~1 (2e-6 measured)
+    assert (ours - stock).abs().max() < 1e-5
+
+
+def test_kokoros_own_centre_pad_differs_in_the_first_and_last_two_frames_only():
+    """Why the fix sets the pad: kokoro's replicate pad gives the two frames at each end other samples than
+    torch.stft's reflect pad, and no other frame (if kokoro switches to reflect, this fails)."""
+    x = torch.randn(3, 1000, generator=torch.Generator().manual_seed(2))
+    stft = _stft(fixed=True)
+    stft.pad_mode = _stft(fixed=False).pad_mode  # kokoro's: "replicate"
+    ours, stock = _spectra(stft, x)
+    error = (ours - stock).abs().amax(dim=(0, 1))  # per frame
+    assert error[2:-2].max() < 1e-5 and error[[0, 1, -2, -1]].min() > 1e-2
+
+
 def test_fixed_stft_round_trips_a_signal():
     x = torch.randn(3, 1000, generator=torch.Generator().manual_seed(1))
     stft = _stft(fixed=True)
@@ -60,13 +88,16 @@ def test_fixed_stft_round_trips_a_signal():
     assert torch.allclose(y[:, HOP:-HOP], x[:, HOP : y.shape[1] - HOP], rtol=0, atol=1e-5)
 
 
-def test_fixing_twice_changes_nothing_and_the_digest_follows_the_bases():
+def test_fixing_twice_changes_nothing_and_the_digest_follows_the_bases_and_the_pad():
     once = _stft(fixed=True)
     twice = _stft(fixed=True)
-    exact_stft_bases(twice)
+    match_stock_stft(twice)
     for name, buffer in once.state_dict().items():
         assert torch.equal(buffer, twice.state_dict()[name]), name
     assert bases_digest(once) == bases_digest(twice) != bases_digest(_stft(fixed=False))
+    replicated = _stft(fixed=True)
+    replicated.pad_mode = "replicate"  # an export keyed by the digest must not be reused across the pad either
+    assert bases_digest(replicated) != bases_digest(once)
     assert once.weight_backward_imag[0].abs().max() == 0 and once.weight_forward_imag[-1].abs().max() == 0
 
 

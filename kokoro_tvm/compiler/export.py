@@ -17,10 +17,10 @@ import torch.nn.functional as F
 
 from kokoro_tvm.compiler.ops.lstm import masked_lstm
 from kokoro_tvm.compiler.ops.masked_norm import (
+    PAD_TAILS,
     masked_adain_resblock,
     masked_adain_resblock1,
     nearest_repeat,
-    replicate_tail,
     zero_tail,
 )
 from kokoro_tvm.compiler.patches import ExportableCustomSTFT, export_patches
@@ -175,10 +175,10 @@ class DecoderComponent(torch.nn.Module):
 
     Resolutions, with F = frame_lengths: asr and decoder blocks F, F0/N curves and the generator input 2F,
     SineGen 600F samples (2F at its coarse phase), STFT frames 120F + 1, first upsample 20F, second upsample
-    120F (+1 after the reflection pad), audio 600F. At each, the tail past the valid length is re-zeroed (or
-    replicated where the unpadded model replicates), so valid outputs equal the unpadded model's. The two
-    upsampled stages are zero-padded to a multiple of GENERATOR_ALIGN (the same masks hide the extra frames)
-    and the audio is cut back to 600F.
+    120F (+1 after the reflection pad), audio 600F. At each, the tail past the valid length is re-zeroed (or,
+    before the STFT's centre pad, filled as that pad fills it), so valid outputs equal the unpadded model's.
+    The two upsampled stages are zero-padded to a multiple of GENERATOR_ALIGN (the same masks hide the extra
+    frames) and the audio is cut back to 600F.
     """
 
     def __init__(self, model):
@@ -212,7 +212,7 @@ class DecoderComponent(torch.nn.Module):
         f0 = nearest_repeat(f0_curve, int(gen.f0_upsamp.scale_factor)).transpose(1, 2)  # [B, 600F, 1]
         sine_waves, _ = source.sine_waves(f0, valid_steps=2 * frame_lengths)
         har_source = source.l_tanh(source.l_linear(sine_waves)).transpose(1, 2).squeeze(1)  # [B, 600F]
-        spec, phase = ExportableCustomSTFT(stft).transform(replicate_tail(har_source, samples))
+        spec, phase = ExportableCustomSTFT(stft).transform(PAD_TAILS[stft.pad_mode](har_source, samples))
         har = zero_tail(torch.cat([spec, phase], dim=1), stft_frames)
         lengths = 2 * frame_lengths
         for i in range(gen.num_upsamples):

@@ -1,10 +1,12 @@
 """The precision floor (notebook 07): how far PyTorch's own float32 model is from its float64 model on the same
 inputs, the distance any correct float32 reimplementation lands about (kokoro_tvm.evaluation.backends compares
 the backends themselves); and the STFT gap: how far the conv-based CustomSTFT model we compile is from stock
-kokoro's TorchSTFT model, with kokoro's bases and with ours (kokoro_tvm.weights.stft); and where a build's error
-lies in time (`error_by_window`: even, or a local burst). Needs torch."""
+kokoro's TorchSTFT model, with kokoro's bases and pad and with ours (kokoro_tvm.weights.stft); and where a
+build's error lies in time (`error_by_window`: even, or a local burst). Needs torch."""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 
@@ -46,31 +48,64 @@ def precision_floor(text: str = "Hello world.", voice: str = "af_heart", seed: i
 STFT_GAP_TEXTS = (
     "Hello world.",
     "A pot of tea helps to pass the evening, and the kettle sings while the rain comes down.",
+    "One two three four five.",
 )
+# The conv-based CustomSTFT models stock_stft_gap compares with stock: ours (kokoro_tvm.weights.stft: bases and
+# centre pad), ours with kokoro's replicate centre pad, kokoro's own.
+STFT_VARIANTS = ("ours", "kokoro_pad", "kokoro")
+
+
+@contextlib.contextmanager
+def source_phases(model):
+    """Every phase of SineGen's source spectrum `model` computes inside the block (the generator reads it as a
+    number, so a bin at +pi in one model and -pi in another feeds it values 2 pi apart)."""
+    stft = model.decoder.generator.stft
+    seen, own = [], stft.transform
+
+    def transform(waveform):
+        magnitude, phase = own(waveform)
+        seen.append(phase)
+        return magnitude, phase
+
+    stft.transform = transform
+    try:
+        yield seen
+    finally:
+        del stft.transform
+
+
+def _stft_models(stfts) -> dict:
+    from kokoro.custom_stft import CustomSTFT
+
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    if not stfts or set(stfts) - set(STFT_VARIANTS):
+        raise ValueError(f"stfts must be some of {STFT_VARIANTS}, got {stfts!r}")
+    models = {"stock": load_kmodel(disable_complex=False)[0]}
+    for name in stfts:
+        models[name], _ = load_kmodel(disable_complex=True)
+        stft = models[name].decoder.generator.stft
+        if name == "kokoro_pad":
+            stft.pad_mode = CustomSTFT(stft.n_fft, stft.hop_length, stft.win_length).pad_mode
+        if name == "kokoro":
+            models[name].decoder.generator.stft = CustomSTFT(stft.n_fft, stft.hop_length, stft.win_length)
+    return models
 
 
 def stock_stft_gap(
-    texts=STFT_GAP_TEXTS, voice: str = "af_heart", seed: int = 0, bases=("ours", "kokoro")
+    texts=STFT_GAP_TEXTS, voice: str = "af_heart", seed: int = 0, stfts=("ours", "kokoro")
 ) -> list[dict]:
     """Stock kokoro's default model (`KModel()`, `disable_complex=False`: torch.stft / torch.istft) against the
-    conv-based CustomSTFT model we compile (`disable_complex=True`) with kokoro's own bases (`kokoro`) and with ours
-    (`ours`, what every model we load gets; kokoro_tvm.weights.stft): durations, audio SNR, PESQ-WB and STOI against
-    stock, each `forward_with_tokens` seeded alike. `bases` picks which of the two.
+    conv-based CustomSTFT models of `stfts` (STFT_VARIANTS; `ours` is what every model we load gets), each
+    `forward_with_tokens` seeded alike: durations, audio SNR, PESQ-WB and STOI against stock, and how many phases
+    of the source spectrum differ from stock's by more than pi (for `ours`, only bins whose imaginary part float32
+    rounding puts on the other side of 0, where the phase is +-pi).
     `python -c "from kokoro_tvm.studies.audio_comparison import stock_stft_gap as f; print(f())"`"""
     import torch
-    from kokoro.custom_stft import CustomSTFT
 
     from kokoro_tvm.reference.pt_dynamic import stock_forward
-    from kokoro_tvm.weights.resolve import load_kmodel
 
-    if not bases or set(bases) - {"ours", "kokoro"}:
-        raise ValueError(f"bases must be some of 'ours', 'kokoro', got {bases!r}")
-    models = {"stock": load_kmodel(disable_complex=False)[0]}
-    for name in bases:
-        models[name], _ = load_kmodel(disable_complex=True)
-    if "kokoro" in models:
-        fixed = models["kokoro"].decoder.generator.stft
-        models["kokoro"].decoder.generator.stft = CustomSTFT(fixed.n_fft, fixed.hop_length, fixed.win_length)
+    models = _stft_models(stfts)
     rows = []
     for text in texts:
         (chunk,) = prepare(text=text)
@@ -78,18 +113,21 @@ def stock_stft_gap(
         runs = {}
         for name, model in models.items():
             torch.manual_seed(seed)
-            with torch.no_grad():
-                runs[name] = stock_forward(model, chunk.padded_ids, style)
-        (reference, durations) = runs["stock"]
-        for name in bases:
-            audio, other_durations = runs[name]
-            metrics = audio_metrics(reference, audio)
+            with torch.no_grad(), source_phases(model) as phases:
+                runs[name] = (*stock_forward(model, chunk.padded_ids, style), torch.cat(phases, dim=-1).numpy())
+        (reference, durations, reference_phase) = runs["stock"]
+        for name in stfts:
+            audio, other_durations, phase = runs[name]
+            durations_equal = bool(np.array_equal(durations, other_durations))
+            metrics = audio_metrics(reference, audio) if durations_equal else {}
+            flips = int((np.abs(phase - reference_phase) > np.pi).sum()) if durations_equal else None
             rows.append(
                 {
                     "text": text,
-                    "stft_bases": name,
-                    "durations_equal": bool(np.array_equal(durations, other_durations)),
+                    "stft": name,
+                    "durations_equal": durations_equal,
                     **{k: metrics.get(k) for k in ("snr_db", "pesq_wb", "stoi")},
+                    "phase_flips": flips,
                 }
             )
     return rows

@@ -26,7 +26,7 @@ from kokoro_tvm.config import kokoro_config
 from kokoro_tvm.errors import ResourceError
 from kokoro_tvm.paths import WEIGHTS_ENV, cache_dir, cache_lock, temporary_sibling
 from kokoro_tvm.weights import onnx_int8
-from kokoro_tvm.weights.stft import exact_stft_bases
+from kokoro_tvm.weights.stft import match_stock_stft
 
 log = logging.getLogger(__name__)
 
@@ -230,5 +230,5 @@ def load_kmodel(weights: str | os.PathLike | None = None, disable_complex: bool 
         except RuntimeError as exc:
             raise WeightsError(f"weights at {info.path} do not fit KModel's {top}: {exc}") from exc
     if disable_complex:
-        exact_stft_bases(model.decoder.generator.stft)
+        match_stock_stft(model.decoder.generator.stft)
     return model.eval().to(dtype), info

@@ -1,9 +1,9 @@
 """kokoro's conv-based CustomSTFT made to compute what stock kokoro computes (its default `TorchSTFT`:
-`torch.stft` and `torch.istft`), by fixing its constant bases in place. Every model we load gets it
-(`weights.resolve.load_kmodel`), so pt.dynamic, the compiled builds and our exports all compute stock kokoro's
-iSTFT. This file is a build source (kokoro_tvm.artifacts.BUILD_SOURCES): the bases are in every build.
+`torch.stft` and `torch.istft`), by fixing its constant bases and its centre pad in place. Every model we load
+gets it (`weights.resolve.load_kmodel`), so pt.dynamic, the compiled builds and our exports all compute stock
+kokoro's STFT and iSTFT. This file is a build source (kokoro_tvm.artifacts.BUILD_SOURCES): both are in every build.
 
-Two fixes:
+Three fixes:
 - Rows that are exactly 0 in exact arithmetic (sin(pi k n / N) at k = 0 and k = N/2) are zeroed. kokoro computes
   them as about 1e-15: the Nyquist bin's imaginary part is then a sum of tiny terms whose sign depends on the
   summation order, so its phase flips between +pi and -pi from one backend (or precision) to the next.
@@ -13,6 +13,10 @@ Two fixes:
   kokoro's periodic Hann window (N = 20, hop 5) is 1.5 at every sample but the first and last hop. Without the
   fix kokoro's decoder plays bins 1 .. N/2 - 1 at 2 / 1.5 = 2.5 dB below stock and DC and Nyquist 3.5 dB above:
   5.3 dB audio SNR against stock kokoro on "Hello world." (NOTES/reference_and_noise.md).
+- The centre pad reflects. kokoro pads the waveform by n_fft / 2 at each end with `replicate` (the end sample
+  repeated); `torch.stft(center=True)` reflects it (`x[1], x[2], ...` mirrored about the end sample). Only the
+  first and last two frames of SineGen's source spectrum see it, yet it leaves the audio 68.7 dB from stock's on
+  "Hello world." with the two fixes above, 114.5 dB with this one as well.
 """
 
 from __future__ import annotations
@@ -46,9 +50,15 @@ def overlap_envelope(window: np.ndarray, hop: int) -> float:
     return float(envelope.mean())
 
 
-def exact_stft_bases(stft) -> None:
-    """Fix kokoro's CustomSTFT `stft` in place (module docstring): zero the exactly-zero rows, and recompute the
-    inverse bases from their definition in float64 (so a second call gives the same bases, not a scaled copy)."""
+# torch.stft's centre pad (center=True, its default pad_mode)
+STOCK_PAD_MODE = "reflect"
+
+
+def match_stock_stft(stft) -> None:
+    """Fix kokoro's CustomSTFT `stft` in place (module docstring): zero the exactly-zero rows, recompute the
+    inverse bases from their definition in float64 (so a second call gives the same bases, not a scaled copy),
+    and make its centre pad torch.stft's."""
+    stft.pad_mode = STOCK_PAD_MODE
     n_fft, hop = stft.n_fft, stft.hop_length
     window = stft.window.detach().cpu().double().numpy()
     scale = inverse_bin_scale(n_fft) / (n_fft * overlap_envelope(window, hop))
@@ -69,9 +79,9 @@ def exact_stft_bases(stft) -> None:
 
 
 def bases_digest(stft) -> str:
-    """sha256 (first 12 hex digits) of the STFT's bases: what a file made from a model (an export) must be keyed
-    by beside the weights' fingerprint, which covers the weights only."""
-    digest = hashlib.sha256()
+    """sha256 (first 12 hex digits) of the STFT's bases and centre pad: what a file made from a model (an export)
+    must be keyed by beside the weights' fingerprint, which covers the weights only."""
+    digest = hashlib.sha256(f"pad_mode={stft.pad_mode}".encode())
     for name, buffer in sorted(stft.state_dict().items()):
         digest.update(name.encode() + b"\0" + buffer.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:12]

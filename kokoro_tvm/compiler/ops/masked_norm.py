@@ -100,3 +100,18 @@ def replicate_tail(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     last = x.gather(-1, (lengths - 1)[:, None])  # [B, 1]
     valid = torch.arange(x.shape[-1], device=x.device)[None, :] < lengths[:, None]
     return torch.where(valid, x, last)
+
+
+def reflect_tail(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """x [B, L] with the samples at and past `lengths` mirrored about the last valid one (sample n + j is
+    sample n - 2 - j: what a reflect pad sees past the end of the unpadded signal, for as many samples as the
+    signal is long; further on, sample 0 again, a value no valid output reads)."""
+    steps = torch.arange(x.shape[-1], device=x.device)[None, :]
+    mirrored = (2 * lengths[:, None] - 2 - steps).clamp(min=0)
+    index = torch.where(steps < lengths[:, None], steps, mirrored)
+    return x.gather(-1, index)
+
+
+# What the padded builds put past each signal's end for a centre pad of each mode (torch.nn.functional.pad's
+# names), so the frames at its end see what the unpadded signal's pad gives them.
+PAD_TAILS = {"replicate": replicate_tail, "reflect": reflect_tail}
