@@ -21,6 +21,9 @@ from kokoro_tvm.cli import main
         (["say", "hello", "--speed", "nan", "-o", "x.wav"], "speed must be"),
         (["weights", "--weights", "/does/not/exist.pth"], "does not exist"),
         (["compare", "--text", "", "--json"], "nothing to say"),
+        (["bench", "--text", "", "--precision", "int8", "--peers", "none"], "nothing to say"),  # not bench's default
+        (["bench", "--first-audio", "--text", " ", "--peers", "none"], "nothing to say"),
+        (["say", "hello", "--voice", "af_heart,,af_bella", "-o", "x.wav"], "between every two commas"),
         (["compare", "--text", "hi", "--precision", "fp16"], None),
         (["say", "hello", "--seed", "-1", "-o", "x.wav"], None),  # numpy's generator takes no negative seed
         (["compare", "--text", "hi", "--seed", "-1"], None),

@@ -336,7 +336,7 @@ def _record(args: argparse.Namespace) -> dict:
     if args.first_audio:
         return first_audio_record(args)
     return bench(
-        args.text or DEFAULT_TEXT,
+        DEFAULT_TEXT if args.text is None else args.text,
         voice=args.voice,
         threads=args.threads,
         runs=args.runs,

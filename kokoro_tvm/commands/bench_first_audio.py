@@ -197,7 +197,7 @@ def first_audio_record(args: argparse.Namespace) -> dict:
     if peers is None:
         peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
     return first_audio(
-        args.text or DEFAULT_PARAGRAPH,
+        DEFAULT_PARAGRAPH if args.text is None else args.text,
         voice=args.voice,
         threads=args.threads,
         runs=args.runs,

@@ -93,7 +93,7 @@ def tuning_gain(
     record = tuning.find()
     if record is None:
         raise InputError("this CPU has no tuning record to compare with: run `kokoro-tvm tune` first")
-    text = text or DEFAULT_TEXT
+    text = DEFAULT_TEXT if text is None else text
     chunk = one_chunk(text, DEFAULT_LANGUAGE, "tune")
     style = load_voice(DEFAULT_VOICE).style(len(chunk.phonemes))
     set_threads(threads)
