@@ -194,6 +194,16 @@ def test_batch_of_three_equals_one_by_one_in_any_order(tmp_path, capsys):
         assert all(np.array_equal(a, b) for a, b in zip(one.durations, other.durations, strict=True))
 
 
+@pytest.mark.parametrize("backend", ["torch", "tvm"])
+def test_a_name_that_is_no_precision_says_so_for_either_backend(backend):
+    """It said "applies to the tvm backend only" for the torch backend, as if int4 were a tvm precision."""
+    from kokoro_tvm.errors import InputError
+    from kokoro_tvm.synthesis import synthesize
+
+    with pytest.raises(InputError, match="precision must be auto or one of fp32, fp64, bf16, int8, got 'int4'"):
+        synthesize("Hello.", backend=backend, precision="int4")
+
+
 @pytest.mark.parametrize(
     "call, message",
     [

@@ -9,6 +9,7 @@ import logging
 import numpy as np
 
 from kokoro_tvm.compiled import READY, check_device, check_precision, ready_or_built, ready_start, resolve_precision
+from kokoro_tvm.components import PRECISIONS
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.frontend.text import Chunk
 from kokoro_tvm.reference.noise import NoiseSource
@@ -112,6 +113,8 @@ def check_backend(name: str, device: str = "cpu", precision: str = "fp32", weigh
     and spaCy load for several seconds) and before any weights: `say Hi. --device cuda` fails in 1.1 s, not 8 s."""
     if name not in BACKENDS:
         raise InputError(f"unknown backend {name!r}; available: {', '.join(BACKENDS)}")
+    if precision != "auto" and precision not in PRECISIONS:  # no precision at all, for any backend
+        raise InputError(f"precision must be auto or one of {', '.join(PRECISIONS)}, got {precision!r}")
     if name != "tvm" and device != "cpu":
         raise InputError(f"--device {device} applies to the tvm backend only (the {name} backend runs on the CPU)")
     if name != "tvm" and precision not in ("fp32", "auto"):
