@@ -247,12 +247,12 @@ BLEND_SEPARATOR = ","
 def load_voice(name: str = DEFAULT_VOICE) -> Voice:
     """A voice by name (see the module docstring for the order of sources), a pack file by path, or a blend of
     either kind joined by commas."""
-    if Path(name).suffix in (".bin", ".npz", ".pt") and Path(name).is_file():
-        return Voice(Path(name).stem, str(Path(name)), read_pack(Path(name)))
-    if BLEND_SEPARATOR in name:
+    path = Path(name)
+    names_a_file = path.suffix in (".bin", ".npz", ".pt")
+    if BLEND_SEPARATOR in name and not (names_a_file and path.is_file()):  # a file's own name may hold a comma
         return blend(name.split(BLEND_SEPARATOR))
-    if Path(name).suffix in (".bin", ".npz", ".pt") and "/" in name:
-        return Voice(Path(name).stem, str(Path(name)), read_pack(Path(name)))
+    if names_a_file and ("/" in name or path.is_file()):
+        return Voice(path.stem, str(path), read_pack(path))
     hf_file = _hf_cached_voice(name)
     if hf_file is not None:
         return Voice(name, str(hf_file), read_pack(hf_file))
