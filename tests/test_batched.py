@@ -225,3 +225,25 @@ def test_wrong_types_in_the_api_are_one_clear_type_error_before_any_model(call, 
     monkeypatch.setattr(kokoro_tvm.synthesis.batch, "make_backend", no_backend)
     with pytest.raises(TypeError, match=message):
         call(api)
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ([0, 5, 178, 0], r"token ids must be 0\.\.177, got 0\.\.178"),
+        ([0, -1, 0], r"token ids must be 0\.\.177, got -1\.\.0"),
+        ([0, 1.7, 0], "token ids must be a list of whole numbers, got float64 of shape"),
+        ([[0, 5, 0]], r"token ids must be a list of whole numbers, got int64 of shape \(1, 3\)"),
+    ],
+)
+def test_token_ids_outside_the_vocabulary_are_refused_before_any_component(ids, message):
+    """The compiled embeddings read their rows unchecked (TVM's "fast" take): an id of 178 would read past the
+    table; 1.7 was truncated to token 1."""
+    from kokoro_tvm.errors import InputError
+    from kokoro_tvm.runtime.kokoro import TVMKokoro
+
+    def no_component(*key):
+        raise AssertionError(f"a component was loaded for {key} before the ids were checked")
+
+    with pytest.raises(InputError, match=message):
+        TVMKokoro(no_component).run_stages(ids, np.zeros(256, dtype=np.float32))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kokoro_tvm.artifacts import Artifact
-from kokoro_tvm.config import SAMPLES_PER_FRAME, STYLE_DIM
+from kokoro_tvm.config import KOKORO_82M_CONFIG, SAMPLES_PER_FRAME, STYLE_DIM
 from kokoro_tvm.errors import InputError
 from kokoro_tvm.reference.noise import NoiseSource, ZeroNoise
 from kokoro_tvm.reference.stages import Stages, alignment_from_durations, durations_from_logits
@@ -29,6 +29,7 @@ from kokoro_tvm.runtime.vm import ComponentRunner
 log = logging.getLogger(__name__)
 
 ArtifactProvider = Callable[[str, int | None, int], Artifact]  # (component, length, batch); length None: symbolic
+N_TOKENS = KOKORO_82M_CONFIG["n_token"]  # rows of the token embeddings (ALBERT's and the text encoder's)
 
 
 class TVMKokoro:
@@ -157,6 +158,18 @@ class TVMKokoro:
         return [found[i] for i in range(len(utterances))]
 
 
+def token_ids(padded_ids: Sequence[int]) -> np.ndarray:
+    """One utterance's ids as int64, refused unless whole numbers below N_TOKENS: the compiled embeddings read
+    their rows unchecked (TVM's "fast" take), so an id past the table would read other memory, and a float id
+    would be truncated to another token."""
+    ids = np.asarray(padded_ids)
+    if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+        raise InputError(f"token ids must be a list of whole numbers, got {ids.dtype} of shape {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= N_TOKENS):
+        raise InputError(f"token ids must be 0..{N_TOKENS - 1}, got {int(ids.min())}..{int(ids.max())}")
+    return ids.astype(np.int64)
+
+
 @dataclass(frozen=True)
 class Utterance:
     """One row of a batch: token ids with the pad token at both ends, its style row [256] (decoder half, then
@@ -193,7 +206,7 @@ class _TokenSide:
     def run(cls, model: TVMKokoro, utterances: Sequence[Utterance], speed: float, token_bucket: int | None):
         if not utterances:
             raise ValueError("a batch needs at least one utterance")
-        ids = [np.asarray(u.padded_ids, dtype=np.int64) for u in utterances]
+        ids = [token_ids(u.padded_ids) for u in utterances]
         lengths = np.array([len(i) for i in ids], dtype=np.int64)
         n_tokens = int(lengths.max())
         if token_bucket is None and model.buckets is not None:
