@@ -262,3 +262,53 @@ def test_a_build_from_a_decomposed_program_imports_the_same_module(random_model6
         tvm.ir.assert_structural_equal(
             relax_module(random_model64, spec, program)[0], relax_module(random_model64, spec)[0]
         )
+
+
+# A Dask worker's profiler walks the frames of the thread running a task every 10 ms (distributed.profile.process).
+# A non-strict torch.export traced on a thread so walked now and then lost a factory tensor (an arange, a zeros_like)
+# from its proxies and stopped on "a fake tensor in the exported program constant's list", most often in a process's
+# first export (NOTES/scale.md). Each child process here does its first export, 60 calls deep (a worker's stack),
+# while a thread runs Dask's own profiler function on the caller's frames every 1 ms (harder than Dask's 10 ms).
+# Without the fix (the trace on a thread of its own, build.decomposed_program) 5 of 9 such children failed (with
+# it 0 of 9), so four pass without it about once in 20 runs. They run one after another: three at once on two
+# cores failed none of six, the sampler then getting the GIL less often.
+SAMPLED_FIRST_EXPORT = """
+import sys, threading, time
+import torch
+from distributed import profile
+from kokoro_tvm.compiler.build import BuildSpec, decomposed_program
+from kokoro_tvm.weights.resolve import kmodel_skeleton
+
+torch.manual_seed(0)
+model = kmodel_skeleton().eval()
+caller, done = threading.get_ident(), threading.Event()
+
+def sample():
+    state = profile.create()
+    while not done.is_set():
+        frame = sys._current_frames().get(caller)
+        if frame is not None:
+            profile.process(frame, True, state)
+        frame = None
+        time.sleep(0.001)
+
+threading.Thread(target=sample, daemon=True).start()
+
+
+def deep(calls):
+    return decomposed_program(model, BuildSpec("albert", 43)) if calls == 0 else deep(calls - 1)
+
+
+program = deep(60)
+done.set()
+print("constants", sorted(type(value).__name__ for value in program.constants.values()))
+"""
+
+
+def test_an_export_whose_caller_is_profiled_keeps_every_tensor_traced():
+    for _ in range(4):
+        child = subprocess.run(
+            [sys.executable, "-c", SAMPLED_FIRST_EXPORT], capture_output=True, text=True, timeout=300
+        )
+        assert child.returncode == 0, child.stderr.strip().splitlines()[-1]
+        assert "FakeTensor" not in child.stdout, child.stdout

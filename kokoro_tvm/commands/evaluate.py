@@ -254,9 +254,8 @@ def evaluate(
     done = table.done()
     # longest first: Dask starts tasks in submission order, so the long ones no longer end the run on one worker
     # while the others idle (20 corpus sentences on two workers: 371 s in length order, serial 312 s). The tasks
-    # with exact-length builds before all: `torch.export` of a new length in a worker that had run 19 other tasks
-    # failed once ("fake tensor in the exported program constant's list", notebook 07, 2026-11-25) where the same
-    # build in a fresh process passes; cause not found (NOTES/scale.md)
+    # with exact-length builds before all: each builds its own length first (a minute on the Zen 4), which makes
+    # them the longest
     todo = sorted(
         (task for task in tasks if task.key not in done),
         key=lambda task: ("tvm_exact" not in task.backends, -len(task.text)),

@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,6 +54,9 @@ log = logging.getLogger(__name__)
 RECIPE_VERSION = "25-phase-rounded-as-pytorch"
 
 
+LEAF_SPEC_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
 @dataclass(frozen=True)
 class BuildSpec:
     component: str
@@ -85,13 +90,27 @@ class BuildSpec:
 def decomposed_program(model, spec: BuildSpec) -> torch.export.ExportedProgram:
     """`model`'s component exported at `spec` (a static length, or symbolic) and decomposed as the importer reads
     it: a notebook that reads its ops (`converters.graph_ops(..., decompose=False)`) and builds it (`build(...,
-    decomposed=)`) does this once, and `build` keeps it for the shape's other precisions (compiler.programs)."""
-    with default_dtype(next(model.parameters()).dtype):  # the rule of every export and import here
-        if spec.symbolic:
-            exported = export_symbolic(model, SymbolicShape(spec.component, spec.length // LENGTH_TILE, spec.batch))
-        else:
-            exported = export_component(model, spec.shape)
-        return exported.run_decompositions()
+    decomposed=)`) does this once, and `build` keeps it for the shape's other precisions (compiler.programs).
+
+    The trace runs on a thread of its own, which the caller waits for. A Dask worker's profiler walks the frames of
+    the thread running its task every 10 ms (`distributed.profile.process`); a trace on a thread so walked now and
+    then lost a factory tensor from its proxies and stopped on "a fake tensor in the exported program constant's
+    list" (NOTES/scale.md; tests/test_compile.py). A profiler samples its task's thread, not one the task starts."""
+
+    def trace() -> torch.export.ExportedProgram:
+        with default_dtype(next(model.parameters()).dtype), warnings.catch_warnings():  # dtype: every export's rule
+            # torch's export deep-copies its own pytree leaf, whose class is deprecated: a warning per build that
+            # no caller can act on
+            warnings.filterwarnings("ignore", LEAF_SPEC_WARNING, FutureWarning)
+            if spec.symbolic:
+                shape = SymbolicShape(spec.component, spec.length // LENGTH_TILE, spec.batch)
+                exported = export_symbolic(model, shape)
+            else:
+                exported = export_component(model, spec.shape)
+            return exported.run_decompositions()
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kokoro-tvm-export") as tracer:
+        return tracer.submit(trace).result()
 
 
 def relax_module(model, spec: BuildSpec, decomposed: torch.export.ExportedProgram | None = None, target=None):
