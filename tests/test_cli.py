@@ -160,3 +160,14 @@ def test_bench_on_kernels_refuses_what_it_cannot_time_in_one_line(argv, message,
     assert main(["bench", *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_help_names_every_command():
+    """Its summary was the docstring's first line, which stopped at "weights," and never named tune, evaluate or
+    sweep."""
+    from kokoro_tvm.cli import build_parser
+
+    parser = build_parser()
+    (commands,) = [action.choices for action in parser._subparsers._group_actions]
+    named = parser.description.removeprefix("`kokoro-tvm` command line: ").removesuffix(".").split(", ")
+    assert named == list(commands)

@@ -1,5 +1,5 @@
-"""`kokoro-tvm` command line: say, compare, bench, compile, gpu-build, gpu-check, pipeline, lab, voices, weights,
-evaluate, sweep.
+"""`kokoro-tvm` command line: say, compare, bench, compile, tune, gpu-build, gpu-check, pipeline, lab, voices,
+weights, evaluate, sweep.
 
 Bad input (empty text, an unknown voice or symbol, a missing or corrupt weights file, an unwritable output) ends
 with one clear `kokoro-tvm: error: ...` line on stderr and exit status 2, never a traceback: the project's own
@@ -10,7 +10,7 @@ The CLI only parses: each subcommand calls `run(args)` of its module of kokoro_t
 imported when it runs. The parsers, by group:
 
 - `speech`: say, compare, bench (text in, audio or numbers out);
-- `builds`: compile, gpu-build, gpu-check (artifacts and device checks);
+- `builds`: compile, tune, gpu-build, gpu-check (artifacts, tuning records and device checks);
 - `project`: pipeline, lab, voices, weights (the notebooks and the inputs);
 - `scale`: evaluate, sweep (corpus evaluations and notebook sweeps on Dask);
 - `options`: the arguments several commands share, with the choices read from their one table.
@@ -33,7 +33,8 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kokoro-tvm", description=__doc__.splitlines()[0])
+    summary = " ".join(__doc__.split("\n\n")[0].split())  # the docstring's first paragraph, on one line
+    parser = argparse.ArgumentParser(prog="kokoro-tvm", description=summary)
     parser.add_argument("--version", action="version", version=f"kokoro-tvm {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True)
