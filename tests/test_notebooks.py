@@ -86,6 +86,8 @@ def test_notebook_structure(path):
     cells = json.loads(path.read_text())["cells"]
     code = [c for c in cells if c["cell_type"] == "code"]
     assert all(not c.get("outputs") and not c.get("execution_count") for c in code), "commit without outputs"
+    # nbformat 4.5 cells carry an id: without one, every papermill run warns that it "will become a hard error"
+    assert len({c.get("id") for c in cells} - {None}) == len(cells), "every cell has an id of its own"
     params = declared_parameters(path)  # exactly one parameters cell, literals only
     assert "FAST" in params and params["FAST"] is False
     tagged = next(i for i, c in enumerate(code) if "parameters" in c["metadata"].get("tags", []))
