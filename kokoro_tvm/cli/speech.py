@@ -17,6 +17,7 @@ from kokoro_tvm.cli.options import (
 )
 from kokoro_tvm.components import TIMED_PRECISIONS
 from kokoro_tvm.runtime.audio_io import WAV_FORMATS
+from kokoro_tvm.synthesis import MAX_SPEED, MIN_SPEED
 from kokoro_tvm.synthesis.backends import BACKENDS
 from kokoro_tvm.synthesis.batch import DEFAULT_BATCH
 
@@ -45,7 +46,12 @@ def _add_say(sub) -> None:
         help="write each piece as soon as it is spoken (the first ends at the first clause or sentence end)",
     )
     add_voice(parser)
-    parser.add_argument("--speed", type=float, default=1.0)
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help=f"pace: 1 is the voice's own (default), 2 twice as fast; {MIN_SPEED} to {MAX_SPEED}",
+    )
     parser.add_argument(
         "--backend", choices=BACKENDS, default="tvm", help="tvm (default: the compiled model) or torch (PyTorch eager)"
     )
