@@ -9,7 +9,8 @@ Phases, in order (each a list of passes; `phases(target)` returns them by name):
              float32 running sums accumulated in float64 as PyTorch does (on CUDA in a serial kernel of ours);
              Metal (no float64) computes the graph's float64 islands in float32
 2. dispatch  the backend's library dispatch (sampling, sort/scan)
-3. legalize  Relax ops -> TIR, fused (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR)
+3. legalize  Relax ops -> TIR, fused (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR); takes
+             as TVM's fast take without its per-take warning (kokoro_tvm.compiler.ops.take)
 4. schedule  every fused PrimFunc scheduled by dlight: our CPU rules (kokoro_tvm.compiler.schedule.cpu) or
              dlight's GPU rules (kokoro_tvm.compiler.schedule.gpu); TVM 0.27 schedules nothing on the CPU;
              on the CPU each conv / matmul tile's epilogue lines prefetched as the tile starts
@@ -88,6 +89,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
     from tvm.s_tir import dlight
 
     from kokoro_tvm.compiler import bf16, int8, passes
+    from kokoro_tvm.compiler.ops import take
     from kokoro_tvm.compiler.passes.compact_symbolic_buffers import (  # (deferred: the package loads TVM)
         CompactSymbolicBuffers,
     )
@@ -112,7 +114,7 @@ def phases(target, coverage: dict[str, int] | None = None) -> list[tuple[str, li
         (
             "legalize",
             [
-                relax.transform.LegalizeOps(),
+                relax.transform.LegalizeOps(customize_legalize_map=take.LEGALIZE),  # takes without the warning
                 relax.transform.AnnotateTIROpPattern(),
                 passes.FoldConstantCalls(),
                 relax.transform.FoldConstant(),  # the first folds as the second, only faster
