@@ -226,7 +226,7 @@ ARITHMETICS = ("full", "bf16", "int8")
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
-        Precision("fp32", "float32", "full", True, "float32 everywhere (the default)"),
+        Precision("fp32", "float32", "full", True, "float32 everywhere"),
         Precision("fp64", "float64", "full", False, "float64 everywhere: the parity reference"),
         Precision("bf16", "float32", "bf16", True, "BF16_CONVOLUTIONS in bf16 (AVX512_BF16)"),
         Precision("int8", "float32", "int8", True, "INT8_CONVOLUTIONS in int8, the rest of bf16's in bf16 (+ VNNI)"),

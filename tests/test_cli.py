@@ -171,3 +171,19 @@ def test_the_help_names_every_command():
     (commands,) = [action.choices for action in parser._subparsers._group_actions]
     named = parser.description.removeprefix("`kokoro-tvm` command line: ").removesuffix(".").split(", ")
     assert named == list(commands)
+
+
+def test_each_precision_option_names_its_default_once():
+    """fp32's summary said "(the default)" in every --precision help, also in say's, whose default is auto."""
+    from kokoro_tvm.cli import build_parser
+
+    (commands,) = [action.choices for action in build_parser()._subparsers._group_actions]
+    helps = {
+        name: action.help
+        for name, command in commands.items()
+        for action in command._actions
+        if "--precision" in action.option_strings
+    }
+    assert set(helps) >= {"say", "compare", "bench", "compile"}
+    for name, text in helps.items():
+        assert text.count("default") == 1, name

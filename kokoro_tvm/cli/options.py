@@ -73,7 +73,9 @@ def add_precision(parser: argparse.ArgumentParser, what: str = "TVM's arithmetic
         help_text = f"{what}: auto (default: the fastest this CPU runs, by its tuning record), {precision_help()}"
         parser.add_argument("--precision", choices=("auto", *PRECISIONS), default="auto", help=help_text)
         return
-    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help=f"{what}: {precision_help()}")
+    parser.add_argument(
+        "--precision", choices=tuple(PRECISIONS), default="fp32", help=f"{what} (default fp32): {precision_help()}"
+    )
 
 
 def add_device(parser: argparse.ArgumentParser) -> None:
