@@ -270,8 +270,8 @@ def test_a_build_from_a_decomposed_program_imports_the_same_module(random_model6
 # first export (NOTES/scale.md). Each child process here does its first export, 60 calls deep (a worker's stack),
 # while a thread runs Dask's own profiler function on the caller's frames every 1 ms (harder than Dask's 10 ms).
 # Without the fix (the trace on a thread of its own, build.decomposed_program) 5 of 9 such children failed (with
-# it 0 of 9), so four pass without it about once in 20 runs. They run one after another: three at once on two
-# cores failed none of six, the sampler then getting the GIL less often.
+# it 0 of 9), so four all pass without it about once in 25 runs ((4/9)^4). They run one after another: three at
+# once on two cores failed none of six, the sampler then getting the GIL less often.
 SAMPLED_FIRST_EXPORT = """
 import sys, threading, time
 import torch
