@@ -25,6 +25,7 @@ def shortfall(folders, needed: int = NEEDED_BYTES) -> str | None:
         if free < needed:
             return (
                 f"only {free / 2**30:.1f} GiB free under {folder}; the test run writes about {needed / 2**30:.0f} GiB "
-                "there (builds, temporary folders): free some space first"
+                "there (builds, temporary folders): free some space first (`kokoro-tvm compile --prune` removes the "
+                "cache's artifacts of other build sources)"
             )
     return None

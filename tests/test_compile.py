@@ -103,6 +103,35 @@ def test_cache_reuses_and_rebuilds_on_corruption(unit_cache, random_model64, cap
     assert other.library.parent != fixed.library.parent  # the weights are part of the key
 
 
+def test_prune_removes_only_what_this_checkout_cannot_load(unit_cache, random_model64, caplog):
+    """`kokoro-tvm compile --prune`'s step: folders of other build sources or another TVM go; the current build,
+    another weights file's and one still being built (no manifest yet) stay, and the current one loads unrebuilt."""
+    import shutil
+
+    from kokoro_tvm.commands.compile_builds import prune
+
+    spec = BuildSpec("text_encoder", 5, "float64")
+    current = build(random_model64, RANDOM_FINGERPRINT, spec).library.parent
+    other_weights = build(random_model64, "other-weights", spec).library.parent
+    stale = {"source": current.with_name("stale-source"), "tvm": current.with_name("stale-tvm")}
+    for field, folder in stale.items():
+        shutil.copytree(current, folder)
+        manifest = json.loads((folder / "manifest.json").read_text())
+        manifest["key"][field] = "0" * 16
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    building = current.with_name("still-building")
+    building.mkdir()
+    with caplog.at_level("INFO"):
+        prune()  # on unit_cache's artifacts, as `compile --prune` on the cache
+    assert "pruned 2 artifacts" in caplog.text
+    assert not any(folder.exists() for folder in stale.values())
+    assert current.exists() and other_weights.exists() and building.exists()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert build(random_model64, RANDOM_FINGERPRINT, spec).library.parent == current
+    assert "rebuilding" not in caplog.text
+
+
 def test_a_moved_cache_finds_its_artifacts_without_rebuilding(
     unit_cache, random_model64, tmp_path, monkeypatch, caplog
 ):

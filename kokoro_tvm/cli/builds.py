@@ -24,6 +24,12 @@ def _add_compile(sub) -> None:
     parser.add_argument("--buckets", default="default", help=BUCKETS_HELP.split(" or 'exact'")[0])
     add_precision(parser)
     add_weights(parser)
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="first remove the cache's artifacts built from other build sources or by another TVM (what an update "
+        "or an edit leaves behind; another checkout sharing the cache rebuilds its own)",
+    )
     parser.set_defaults(func=command("compile_builds"))
 
 

@@ -7,7 +7,9 @@ import argparse
 import json
 import logging
 
+from kokoro_tvm.artifacts import build_source_digest, prune_artifacts
 from kokoro_tvm.compiled import check_precision
+from kokoro_tvm.paths import cache_dir
 from kokoro_tvm.runtime.buckets import parse_buckets
 
 log = logging.getLogger("kokoro_tvm.cli")
@@ -21,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
     buckets = parse_buckets(args.buckets)  # a bad spec fails before the weights load
     chosen = check_precision(args.precision)  # so does a CPU without bf16
+    if args.prune:
+        prune()
     log.info("precompiling %s (%d artifacts, %s)", buckets.describe(), buckets.artifacts, args.precision)
     model, info = load_kmodel(args.weights, dtype=getattr(torch, chosen.dtype))
     records = precompile(model, info.fingerprint, buckets, chosen.dtype, not args.quiet, chosen.arithmetic)
@@ -36,3 +40,17 @@ def run(args: argparse.Namespace) -> int:
         sum(r["library_bytes"] for r in records) / 1e6,
     )
     return 0
+
+
+def prune() -> None:
+    """Remove the cache's stale artifacts (kokoro_tvm.artifacts.prune_artifacts) and say how many, in one line."""
+    import tvm
+
+    folder = cache_dir() / "artifacts"
+    removed, freed = prune_artifacts(folder, build_source_digest(), tvm.__version__)
+    log.info(
+        "pruned %d artifacts of other build sources or TVM versions from %s: %.1f GB freed",
+        removed,
+        folder,
+        freed / 1e9,
+    )
