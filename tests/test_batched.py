@@ -234,6 +234,7 @@ def test_wrong_types_in_the_api_are_one_clear_type_error_before_any_model(call, 
         ([0, -1, 0], r"token ids must be 0\.\.177, got -1\.\.0"),
         ([0, 1.7, 0], "token ids must be a list of whole numbers, got float64 of shape"),
         ([[0, 5, 0]], r"token ids must be a list of whole numbers, got int64 of shape \(1, 3\)"),
+        ([[0, 5], [0]], "token ids must be a list of whole numbers, got a ragged list"),
     ],
 )
 def test_token_ids_outside_the_vocabulary_are_refused_before_any_component(ids, message):

@@ -162,7 +162,10 @@ def token_ids(padded_ids: Sequence[int]) -> np.ndarray:
     """One utterance's ids as int64, refused unless whole numbers below N_TOKENS: the compiled embeddings read
     their rows unchecked (TVM's "fast" take), so an id past the table would read other memory, and a float id
     would be truncated to another token."""
-    ids = np.asarray(padded_ids)
+    try:
+        ids = np.asarray(padded_ids)
+    except ValueError:  # a ragged list
+        raise InputError("token ids must be a list of whole numbers, got a ragged list") from None
     if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
         raise InputError(f"token ids must be a list of whole numbers, got {ids.dtype} of shape {ids.shape}")
     if ids.size and (ids.min() < 0 or ids.max() >= N_TOKENS):
