@@ -187,3 +187,13 @@ def test_each_precision_option_names_its_default_once():
     assert set(helps) >= {"say", "compare", "bench", "compile"}
     for name, text in helps.items():
         assert text.count("default") == 1, name
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "nan", "inf"])
+def test_a_tuning_budget_that_measures_nothing_is_refused_before_any_work(budget, capsys):
+    """`tune --budget -5` ran the 80-second export and timing, measured no class and wrote an empty record, which
+    then shadowed the committed one for every later build on this CPU."""
+    with pytest.raises(SystemExit) as stop:
+        main(["tune", "--budget", budget])
+    assert stop.value.code == 2
+    assert f"must be a positive number of seconds, got {budget}" in capsys.readouterr().err

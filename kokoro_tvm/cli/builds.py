@@ -11,6 +11,7 @@ from kokoro_tvm.cli.options import (
     batch_sizes,
     command,
     positive_int,
+    positive_seconds,
     python_version,
 )
 from kokoro_tvm.commands import bundle_transfer
@@ -38,7 +39,7 @@ def _add_tune(sub) -> None:
     parser.add_argument(
         "--precision", default="fp32,bf16,int8", help="comma-separated precisions (those this CPU runs; default all)"
     )
-    parser.add_argument("--budget", type=float, default=360.0, help="seconds of measuring (default 360)")
+    parser.add_argument("--budget", type=positive_seconds, default=360.0, help="seconds of measuring (default 360)")
     parser.add_argument("--threads", type=positive_int, default=2, help="threads to time with (default 2)")
     parser.add_argument("--out", help="folder for the record (default: the cache; kokoro_tvm/data/tuning to commit)")
     parser.add_argument(

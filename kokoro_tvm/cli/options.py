@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 
 from kokoro_tvm.components import PRECISIONS
 from kokoro_tvm.frontend.voices import DEFAULT_VOICE
@@ -32,6 +33,17 @@ def _integer_at_least(value: str, minimum: int, kind: str) -> int:
 
 def positive_int(value: str) -> int:
     return _integer_at_least(value, 1, "positive")
+
+
+def positive_seconds(value: str) -> float:
+    """A finite number of seconds > 0 (a budget of 0, -5 or nan tuned nothing and wrote an empty tuning record)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {value}")
+    return number
 
 
 def non_negative_int(value: str) -> int:

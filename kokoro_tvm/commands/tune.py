@@ -58,6 +58,11 @@ def tune_here(args: argparse.Namespace) -> int:
         return tqdm(list(items), desc="tune", unit="class", disable=args.quiet)
 
     record = tuner.tune(model, host_target(), precisions, args.budget, progress, module_seconds)
+    if not record.tuned["measured"]:  # saved, it would shadow the committed record with no decision at all
+        raise InputError(
+            f"--budget {args.budget:g} s ran out before the first of {record.tuned['classes']} contraction classes "
+            f"(the long convolutions' timing took {record.tuned['measure_s']:.0f} s): no record written"
+        )
     record.tuned.update(kokoro_tvm=__version__, tvm=tvm.__version__, commit=repository_commit(), threads=args.threads)
     path = record.save(Path(args.out) if args.out else tuning.user_folder())
     fastest = record.fastest_precision(precisions)
