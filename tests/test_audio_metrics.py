@@ -18,6 +18,7 @@ from kokoro_tvm.evaluation.metrics import (
     pesq_wb,
     pesq_windows,
     snr_db,
+    stoi,
     windowed_snr_db,
 )
 
@@ -151,3 +152,18 @@ def test_windowed_snr_tells_an_even_error_from_a_local_burst():
         windowed_snr_db(x, x, 0)
     with pytest.raises(ValueError, match="1-D"):
         windowed_snr_db(x, x[:-1], 480)
+
+
+def test_stoi_of_too_little_speech_is_none_not_pystois_stand_in(recwarn):
+    """`kokoro-tvm compare --text Hi` reported STOI 1e-05 (pystoi's stand-in below 30 frames of speech) beside a
+    PESQ-WB of 4.61: a score that reads as unintelligible audio. Too short is None (summaries skip it), silently."""
+    rng = np.random.default_rng(0)
+    t = np.arange(int(RATE * 1.0)) / RATE
+    speech = rng.standard_normal(t.size) * (1 + np.sin(2 * np.pi * 4 * t))  # noise at a 4 Hz syllable rate
+    noisy = speech + 3 * rng.standard_normal(t.size)
+    short = slice(0, int(0.3 * RATE))  # 0.3 s: fewer than pystoi's 30 frames of 12.8 ms
+    assert stoi(speech[short], speech[short]) is None and stoi(speech[short], noisy[short]) is None
+    assert not [w for w in recwarn if "STFT frames" in str(w.message)]
+    # a second of it is scored: itself 1 (to rounding), under noise at 3x its level far below the 0.99 bars
+    assert stoi(speech, speech) == pytest.approx(1.0, abs=1e-9)
+    assert 0.0 < stoi(speech, noisy) < 0.8

@@ -85,11 +85,26 @@ def pesq_wb(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE) -
     )
 
 
-def stoi(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE) -> float:
-    """Short-time objective intelligibility (0 .. 1) of `other` against `reference`."""
+# pystoi scores 30-frame segments (384 ms at its 10 kHz) of the reference's speech: where fewer speech frames are
+# left ("Hi.", 0.3 s of speech) it warns and returns 1e-5, a score that reads as unintelligible audio.
+STOI_TOO_SHORT = "Not enough STFT frames"
+
+
+def stoi(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE) -> float | None:
+    """Short-time objective intelligibility (0 .. 1) of `other` against `reference`; None where the reference
+    has too little speech to be scored (STOI_TOO_SHORT), never pystoi's stand-in 1e-5."""
+    import warnings
+
     from pystoi import stoi as _stoi
 
-    return float(_stoi(np.asarray(reference, np.float64), np.asarray(other, np.float64), rate, extended=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        score = _stoi(np.asarray(reference, np.float64), np.asarray(other, np.float64), rate, extended=False)
+    if any(STOI_TOO_SHORT in str(w.message) for w in caught):
+        return None
+    for w in caught:  # any other warning is passed on as it came
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return float(score)
 
 
 def json_number(x: float) -> float | str:
