@@ -121,10 +121,18 @@ def test_prune_removes_only_what_this_checkout_cannot_load(unit_cache, random_mo
         (folder / "manifest.json").write_text(json.dumps(manifest))
     building = current.with_name("still-building")
     building.mkdir()
+    index = unit_cache / "ready"  # ready-index entries: one naming a stale folder, one current, one unreadable
+    index.mkdir(exist_ok=True)
+    for name, folders in {"stale": [current, stale["source"]], "current": [current, other_weights]}.items():
+        (index / f"{name}.json").write_text(json.dumps({"components": {str(i): str(f) for i, f in enumerate(folders)}}))
+    (index / "torn.json").write_text('{"components": {"text_enc')
     with caplog.at_level("INFO"):
         prune()  # on unit_cache's artifacts, as `compile --prune` on the cache
-    assert "pruned 2 artifacts" in caplog.text
+    assert "pruned 2 artifacts" in caplog.text and "ready-index entries naming removed builds" in caplog.text
     assert not any(folder.exists() for folder in stale.values())
+    # (the shared cache's index may hold other tests' entries, whose folders exist: only these three are asked)
+    assert (index / "current.json").is_file() and not (index / "stale.json").exists()
+    assert not (index / "torn.json").exists()
     assert current.exists() and other_weights.exists() and building.exists()
     caplog.clear()
     with caplog.at_level("WARNING"):

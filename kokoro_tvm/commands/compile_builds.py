@@ -10,6 +10,7 @@ import logging
 from kokoro_tvm.artifacts import build_source_digest, prune_artifacts
 from kokoro_tvm.compiled import check_precision
 from kokoro_tvm.paths import cache_dir
+from kokoro_tvm.runtime import ready
 from kokoro_tvm.runtime.buckets import parse_buckets
 
 log = logging.getLogger("kokoro_tvm.cli")
@@ -48,9 +49,12 @@ def prune() -> None:
 
     folder = cache_dir() / "artifacts"
     removed, freed = prune_artifacts(folder, build_source_digest(), tvm.__version__)
+    entries = ready.prune_entries()
     log.info(
-        "pruned %d artifacts of other build sources or TVM versions from %s: %.1f GB freed",
+        "pruned %d artifacts of other build sources or TVM versions from %s (%.1f GB freed) and %d ready-index "
+        "entries naming removed builds",
         removed,
         folder,
         freed / 1e9,
+        entries,
     )

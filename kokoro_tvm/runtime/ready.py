@@ -130,6 +130,23 @@ def save(
     return path
 
 
+def prune_entries() -> int:
+    """Remove the index entries that can never hold again: unreadable, or naming a build folder that is gone
+    (`kokoro-tvm compile --prune` removed it, or a hand did). An entry of other build sources is never looked up
+    (the source digest is part of its key) but stays otherwise. Returns how many were removed."""
+    removed = 0
+    for path in sorted((cache_dir() / "ready").glob("*.json")):
+        try:
+            folders = [Path(f) for f in json.loads(path.read_text())["components"].values()]
+            if all(f.is_dir() for f in folders):
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+        path.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 def indexed(weights, precision: str, device: str = "cpu") -> bool:
     """Whether this request has an index entry: its builds were made and run on this machine (the key holds its
     identity), so the precision and device checks it passed then need not load the compiler again."""
