@@ -3,6 +3,7 @@
 
 import ast
 import json
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,38 @@ def test_report_renders_in_headless_chromium(fast_pipeline, chromium):
     assert headline and all(h.lstrip("#") in {p.stem for p in NOTEBOOKS} for h in headline)
     statuses = chromium.execute_script("return Array.from(document.querySelectorAll('td.fail')).length;")
     assert statuses == 0
+
+
+def test_a_notebook_kernel_listens_on_private_sockets_and_leaves_nothing(tmp_path, capfd):
+    """papermill's kernel over TCP made ipykernel warn on every notebook start that "all communication ... is
+    susceptible to eavesdropping"; pipeline and sweep start it on Unix sockets in a 0700 folder, removed after."""
+    import nbformat
+    import papermill
+
+    from kokoro_tvm.report.kernel import KERNEL_MANAGER
+
+    code = (
+        "import json, os, stat\n"
+        "from ipykernel import get_connection_info\n"
+        "info = get_connection_info(unpack=True)\n"
+        "folder = os.path.dirname(info['ip'])\n"
+        "print(json.dumps({'transport': info['transport'], 'ip': info['ip'], "
+        "'mode': stat.S_IMODE(os.stat(folder).st_mode), 'sockets': sorted(os.listdir(folder))}))\n"
+    )
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nbformat.write(notebook, tmp_path / "probe.ipynb")
+    papermill.execute_notebook(
+        str(tmp_path / "probe.ipynb"),
+        str(tmp_path / "ran.ipynb"),
+        cwd=str(tmp_path),
+        progress_bar=False,
+        kernel_name="python3",
+        kernel_manager_class=KERNEL_MANAGER,
+    )
+    (output,) = nbformat.read(tmp_path / "ran.ipynb", as_version=4).cells[0].outputs
+    seen = json.loads(output["text"])
+    assert seen["transport"] == "ipc" and seen["mode"] == 0o700
+    assert seen["sockets"] and all(s.startswith("kernel-") for s in seen["sockets"])  # its five channels
+    assert not Path(seen["ip"]).parent.exists()  # removed at shutdown
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.ipynb", "ran.ipynb"]  # no sockets in the cwd
+    assert "without encryption" not in capfd.readouterr().err

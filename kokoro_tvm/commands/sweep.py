@@ -69,6 +69,8 @@ def run_point(notebook: str, point: dict, folder: str, fast: bool = False) -> di
     on a worker, one task at a time there): the point's row of the sweep table."""
     import papermill
 
+    from kokoro_tvm.report.kernel import KERNEL_MANAGER  # (jupyter_client: with papermill, when a notebook runs)
+
     path, out = NOTEBOOK_DIR / notebook, Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     previous, start = os.environ.get(RUN_DIR_ENV), time.perf_counter()
@@ -82,6 +84,7 @@ def run_point(notebook: str, point: dict, folder: str, fast: bool = False) -> di
             cwd=str(NOTEBOOK_DIR),
             progress_bar=False,
             kernel_name="python3",
+            kernel_manager_class=KERNEL_MANAGER,
         )
     except papermill.PapermillExecutionError as exc:
         row.update(status="failed", error=f"{exc.ename}: {str(exc.evalue).splitlines()[0] if exc.evalue else ''}")

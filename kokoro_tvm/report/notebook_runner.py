@@ -121,6 +121,8 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
     """Execute notebooks in order; returns the executed copies."""
     import papermill
 
+    from kokoro_tvm.report.kernel import KERNEL_MANAGER  # (jupyter_client: with papermill, when a notebook runs)
+
     executed, chosen, started = [], notebooks(only), time.perf_counter()
     for number, notebook in enumerate(chosen, 1):
         given = injected(notebook, fast, parameters)
@@ -135,6 +137,7 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
                 cwd=str(NOTEBOOK_DIR),
                 progress_bar=False,
                 kernel_name="python3",
+                kernel_manager_class=KERNEL_MANAGER,
             )
         except papermill.PapermillExecutionError as exc:
             raise PipelineError(
