@@ -1,6 +1,7 @@
 """CLI errors: one clear line, exit status 2, no traceback, and no model loaded before input is validated."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -197,3 +198,27 @@ def test_a_tuning_budget_that_measures_nothing_is_refused_before_any_work(budget
         main(["tune", "--budget", budget])
     assert stop.value.code == 2
     assert f"must be a positive number of seconds, got {budget}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given, level", [(None, "WARNING"), ("info", "INFO")])
+def test_dask_narrates_at_warning_unless_told_otherwise(given, level):
+    """`evaluate` printed about 30 INFO lines of Dask's scheduler and nannies around its own few: `import
+    distributed` sets its loggers' level from dask's config, so the CLI sets that setting (a given one wins)."""
+    import subprocess
+    import sys
+
+    from kokoro_tvm.cli import DASK_LOG_LEVEL_ENV
+
+    code = (
+        "import logging; from kokoro_tvm.cli import configure_logging; configure_logging(False)\n"
+        "import distributed\n"
+        "logging.getLogger('distributed.scheduler').info('narration')\n"
+        "print(logging.getLevelName(logging.getLogger('distributed').getEffectiveLevel()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != DASK_LOG_LEVEL_ENV} | (
+        {DASK_LOG_LEVEL_ENV: given} if given else {}
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [level]
+    assert ("INFO distributed.scheduler: narration" in done.stderr) == (level == "INFO")

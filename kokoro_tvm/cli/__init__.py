@@ -44,13 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+# Dask's scheduler, nannies and comms narrate every start and close at INFO (about 30 lines around one `evaluate`)
+# and `import distributed` sets that level itself, from this dask setting unless given: the commands say what ran;
+# Dask's warnings and errors still show.
+DASK_LOG_LEVEL_ENV = "DASK_LOGGING__DISTRIBUTED"
+
+
+def configure_logging(quiet: bool) -> None:
+    """Log lines `HH:MM:SS LEVEL name: message` at INFO (WARNING with `quiet`); Dask's own at WARNING."""
     logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
+        level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
+    os.environ.setdefault(DASK_LOG_LEVEL_ENV, "warning")  # read when dask is first imported (and by its workers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.quiet)
     try:
         return args.func(args)
     except KokoroTVMError as exc:
