@@ -185,6 +185,7 @@ HEAVY = frozenset(
         "papermill",
         "nbformat",
         "nbclient",
+        "jupyter_client",
         "jupyterlab",
         "jupyter_server",
         "selenium",

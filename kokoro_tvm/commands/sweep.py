@@ -69,7 +69,7 @@ def run_point(notebook: str, point: dict, folder: str, fast: bool = False) -> di
     on a worker, one task at a time there): the point's row of the sweep table."""
     import papermill
 
-    from kokoro_tvm.report.kernel import KERNEL_MANAGER  # (jupyter_client: with papermill, when a notebook runs)
+    from kokoro_tvm.report.kernel import KERNEL_MANAGER  # (jupyter_client, as papermill)
 
     path, out = NOTEBOOK_DIR / notebook, Path(folder)
     out.mkdir(parents=True, exist_ok=True)

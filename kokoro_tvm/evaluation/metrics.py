@@ -9,6 +9,7 @@ samples are compared where they stand.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from scipy.fft import dct
@@ -93,8 +94,6 @@ STOI_TOO_SHORT = "Not enough STFT frames"
 def stoi(reference: np.ndarray, other: np.ndarray, rate: int = SAMPLE_RATE) -> float | None:
     """Short-time objective intelligibility (0 .. 1) of `other` against `reference`; None where the reference
     has too little speech to be scored (STOI_TOO_SHORT), never pystoi's stand-in 1e-5."""
-    import warnings
-
     from pystoi import stoi as _stoi
 
     with warnings.catch_warnings(record=True) as caught:

@@ -121,7 +121,7 @@ def run(only: list[str] | None = None, fast: bool = False, parameters: dict | No
     """Execute notebooks in order; returns the executed copies."""
     import papermill
 
-    from kokoro_tvm.report.kernel import KERNEL_MANAGER  # (jupyter_client: with papermill, when a notebook runs)
+    from kokoro_tvm.report.kernel import KERNEL_MANAGER  # (jupyter_client, as papermill)
 
     executed, chosen, started = [], notebooks(only), time.perf_counter()
     for number, notebook in enumerate(chosen, 1):
