@@ -61,7 +61,8 @@ def tune_here(args: argparse.Namespace) -> int:
     if not record.tuned["measured"]:  # saved, it would shadow the committed record with no decision at all
         raise InputError(
             f"--budget {args.budget:g} s ran out before the first of {record.tuned['classes']} contraction classes "
-            f"(the long convolutions' timing took {record.tuned['measure_s']:.0f} s): no record written"
+            f"(timing the long convolutions and finding the classes took {record.tuned['measure_s']:.0f} s): no record "
+            "written"
         )
     record.tuned.update(kokoro_tvm=__version__, tvm=tvm.__version__, commit=repository_commit(), threads=args.threads)
     path = record.save(Path(args.out) if args.out else tuning.user_folder())
