@@ -100,3 +100,4 @@ def test_a_notebook_runs_in_jupyterlab_and_is_saved_without_outputs(lab, chromiu
     code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
     assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
     assert chromium.execute_script("return document.querySelectorAll('.jp-OutputArea-output table').length;") > 0
+    assert "without encryption" not in (root / "jupyterlab.log").read_text()  # its kernel ran on Unix sockets

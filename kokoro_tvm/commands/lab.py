@@ -37,6 +37,9 @@ def lab_command(*extra: str, root=REPO_ROOT) -> list[str]:
         f"--ServerApp.root_dir={root}",
         f"--FileContentsManager.pre_save_hook={__name__}.strip_outputs",
         "--ServerApp.default_url=/lab/tree/notebooks",
+        # kernels on Unix sockets in Jupyter's runtime folder (mode 0700), as `pipeline` runs them: over TCP
+        # ipykernel warns at each start that their traffic "is susceptible to eavesdropping"
+        "--KernelManager.transport=ipc",
         *extra,
     ]
 
