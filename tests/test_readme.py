@@ -68,3 +68,29 @@ def test_the_check_catches_a_number_or_machine_the_notes_do_not_give():
         "notes": "(NOTES/performance.md)",
     }
     assert _unrecorded(row) == [absent, longer, "Apple M4"]
+
+
+def _state_lines(text: str) -> int | None:
+    """Lines from a note's "## Current state" heading to its next "## " heading (blank lines counted), or None
+    when the note has no current state (NOTES/README.md, the index)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line == "## Current state"), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return end - start - 1
+
+
+@pytest.mark.parametrize("note", sorted(p.name for p in (ROOT / "NOTES").glob("*.md")))
+def test_every_note_opens_with_one_screen_of_current_state(note):
+    lines = _state_lines((ROOT / "NOTES" / note).read_text())
+    assert lines is not None or note == "README.md", f"{note} has no '## Current state'"
+    assert lines is None or lines <= MAX_STATE_LINES, f"{note}: {lines} lines of current state"
+
+
+def test_the_state_length_check_counts_every_line_to_the_next_heading():
+    """Not vacuous: a state of 46 lines (45 of text, the blank line before the next heading) is over the limit,
+    and one line fewer is not."""
+    body = "\n".join(f"line {i}" for i in range(MAX_STATE_LINES))
+    assert _state_lines(f"# Note\n\n## Current state\n{body}\n\n## History\nold\n") == MAX_STATE_LINES + 1
+    assert _state_lines(f"# Note\n\n## Current state\n{body}\n## History\n") == MAX_STATE_LINES
