@@ -25,6 +25,7 @@ import numpy as np
 
 from kokoro_tvm.compiled import compiled_kokoro
 from kokoro_tvm.compiler.symbolic import tile_count
+from kokoro_tvm.components import get_precision
 from kokoro_tvm.config import SAMPLE_RATE
 from kokoro_tvm.evaluation.backends import pick_sentences
 from kokoro_tvm.frontend.corpus import load_sentences
@@ -127,11 +128,12 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
     }
 
 
-def batch_cost(component: str, length: int, batch: int, runs: int = 5) -> dict:
-    """`component`'s fp32 symbolic build for `batch` against its batch-1 build called `batch` times, on example
-    inputs of `length` steps (every row full: no padding), the two interleaved call by call after a warm-up
-    (the machine's speed drifts between runs by up to 19%: NOTES/performance.md): median seconds and spread of
-    each, and their ratio. Whether batching itself costs or buys anything once padding is out of the picture."""
+def batch_cost(component: str, length: int, batch: int, runs: int = 5, precision: str = "fp32") -> dict:
+    """`component`'s symbolic build at `precision` (`--precision`; fp32 by default) for `batch` against its
+    batch-1 build called `batch` times, on example inputs of `length` steps (every row full: no padding), the two
+    interleaved call by call after a warm-up (the machine's speed drifts between runs by up to 19%:
+    NOTES/performance.md): median seconds and spread of each, and their ratio. Whether batching itself costs or
+    buys anything once padding is out of the picture."""
     import torch
 
     from kokoro_tvm.compiler.build import BuildSpec, build
@@ -139,9 +141,11 @@ def batch_cost(component: str, length: int, batch: int, runs: int = 5) -> dict:
     from kokoro_tvm.weights.resolve import load_kmodel
 
     model, info = load_kmodel()
+    arithmetic = get_precision(precision).arithmetic
     calls = {}
     for b in (1, batch):
-        runner = ComponentRunner(build(model, info.fingerprint, BuildSpec.dynamic(component, "float32", batch=b)))
+        spec = BuildSpec.dynamic(component, "float32", arithmetic, batch=b)
+        runner = ComponentRunner(build(model, info.fingerprint, spec))
         inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, b), torch.float32)]
         tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
         runner.run_on_device(*tensors)  # warm-up
@@ -156,6 +160,7 @@ def batch_cost(component: str, length: int, batch: int, runs: int = 5) -> dict:
     alone, together = (float(np.median(seconds[b])) for b in (1, batch))
     return {
         "component": component,
+        "precision": precision,
         "length": length,
         "batch": batch,
         "runs": runs,
@@ -211,7 +216,8 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.cost:
         component, length, batch = args.cost.split(":")
-        print(json.dumps(batch_cost(component, int(length), int(batch), args.rounds), indent=1))  # noqa: T201
+        cost = batch_cost(component, int(length), int(batch), args.rounds, args.precision)
+        print(json.dumps(cost, indent=1))  # noqa: T201
         return
     batches = [int(b) for b in args.batches.split(",")]
     result = measure(args.precision, batches, args.sentences, args.rounds)
