@@ -36,6 +36,7 @@ from kokoro_tvm.paths import TUNING_RECORDS, repository_commit
 from kokoro_tvm.reference.noise import SeededNoise
 from kokoro_tvm.runtime.buckets import parse_buckets
 from kokoro_tvm.runtime.kokoro import Utterance
+from kokoro_tvm.runtime.profile import kernel_seconds, kernel_split
 from kokoro_tvm.runtime.vm import ComponentRunner
 
 log = logging.getLogger(__name__)
@@ -128,12 +129,15 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
     }
 
 
-def batch_cost(component: str, length: int, batch: int, runs: int = 5, precision: str = "fp32") -> dict:
+def batch_cost(
+    component: str, length: int, batch: int, runs: int = 5, precision: str = "fp32", split: bool = False
+) -> dict:
     """`component`'s symbolic build at `precision` (`--precision`; fp32 by default) for `batch` against its
     batch-1 build called `batch` times, on example inputs of `length` steps (every row full: no padding), the two
     interleaved call by call after a warm-up (the machine's speed drifts between runs by up to 19%:
     NOTES/performance.md): median seconds and spread of each, and their ratio. Whether batching itself costs or
-    buys anything once padding is out of the picture."""
+    buys anything once padding is out of the picture. With `split`, also where each spends it: every kernel
+    timed (runtime.profile.kernel_seconds, the batch-1 build's times `batch`-fold) and summed by kernel_split."""
     import torch
 
     from kokoro_tvm.compiler.build import BuildSpec, build
@@ -158,6 +162,11 @@ def batch_cost(component: str, length: int, batch: int, runs: int = 5, precision
                 runner.run_on_device(*tensors)
             seconds[b].append(time.perf_counter() - start)
     alone, together = (float(np.median(seconds[b])) for b in (1, batch))
+    kernels = {}
+    if split:
+        for b, (runner, tensors, repeat) in calls.items():
+            groups = kernel_split(kernel_seconds(runner, tensors, runs))
+            kernels[f"batch_{b}_s"] = {group: repeat * s for group, s in groups.items()}
     return {
         "component": component,
         "precision": precision,
@@ -169,6 +178,7 @@ def batch_cost(component: str, length: int, batch: int, runs: int = 5, precision
         "batched_s": together,
         "batched_spread_s": [min(seconds[batch]), max(seconds[batch])],
         "batched_over_alone": together / alone,
+        **({"kernels": kernels} if split else {}),
     }
 
 
@@ -212,11 +222,12 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", nargs="?", const=FOLDER, type=Path, help=f"write the result here ({FOLDER})")
     parser.add_argument("--cost", help="COMPONENT:LENGTH:BATCH: batch_cost instead (--rounds calls), JSON on stdout")
+    parser.add_argument("--split", action="store_true", help="with --cost: each build's time by kernel group")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.cost:
         component, length, batch = args.cost.split(":")
-        cost = batch_cost(component, int(length), int(batch), args.rounds, args.precision)
+        cost = batch_cost(component, int(length), int(batch), args.rounds, args.precision, args.split)
         print(json.dumps(cost, indent=1))  # noqa: T201
         return
     batches = [int(b) for b in args.batches.split(",")]
