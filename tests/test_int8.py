@@ -153,20 +153,23 @@ def test_the_weights_layout_and_peaks_are_computed_once_at_load():
     assert "R.abs" not in per_call and "R.permute_dims" not in per_call
 
 
+@pytest.mark.parametrize("batch", [1, 3])  # 3: each row's pair, then the largest over the rows
 @pytest.mark.parametrize("steps", [1024, 1004])  # 1004: not whole vectors, a plain loop per row
-def test_the_channel_range_is_min_and_max_bit_for_bit_from_one_read_of_each_row(steps):
+def test_the_channel_range_is_min_and_max_bit_for_bit_from_one_read_of_each_row(steps, batch):
     """Per call the int8 conv needs each input channel's min and max: one reduction of max(-x) and max(x), the
     pair computed inside the row's loop (RowReduction's short last axis), so the activations are read once, not
     once per reduction. Negation is exact, so -max(-x) equals min(x) bit for bit, zeros of both signs
-    included."""
+    included. A batch's ranges span all its rows, each reduction over one axis, so RowReduction takes it too (a
+    reduction over the batch and the length at once it refuses)."""
     from kokoro_tvm.compiled import compile_and_load
     from kokoro_tvm.compiler.schedule.cpu import RowReduction
 
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((1, 24, steps)).astype(np.float32)
-    x[0, 3] = np.abs(x[0, 3])  # a channel without negatives: its min is positive
-    x[0, 5, :] = -0.0
+    x = rng.standard_normal((batch, 24, steps)).astype(np.float32)
+    x[:, 3] = np.abs(x[:, 3])  # a channel without negatives: its min is positive
+    x[:, 5, :] = -0.0
     x[0, 5, 7] = 0.0
+    x[-1, 9, 11] = 40.0  # the extreme of channel 9 in the last row only
     bb = relax.BlockBuilder()
     xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
     with bb.function("main", [xv]):
@@ -177,13 +180,14 @@ def test_the_channel_range_is_min_and_max_bit_for_bit_from_one_read_of_each_row(
     (got,) = compile_and_load(module)(x)
     np.testing.assert_array_equal(-got[:, 0], x.min(axis=(0, 2)))
     np.testing.assert_array_equal(got[:, 1], x.max(axis=(0, 2)))
+    assert got[9, 1] == 40.0
     target = tvm.target.Target(host_target())
     schedule = RowReduction().apply(module["int8_range"], target, False)
     assert schedule is not None
     lanes = cpu_geometry(target).lanes(32)  # 16 with AVX-512, 8 with AVX2
     lanes = lanes if steps % lanes == 0 else None
     if lanes:  # under the row loop: the row's vectors, then the pair, then the lanes
-        update = schedule.get_sblock("int8_range_rf_update")
+        update = schedule.get_sblock("int8_range_rf_update" if batch == 1 else "int8_range_rows_rf_update")
         extents = [schedule.get(loop).extent for loop in schedule.get_loops(update)]
         assert [int(e) for e in extents[1:]] == [steps // lanes, 2, lanes], "each row read once for both results"
 

@@ -169,17 +169,23 @@ def _pack_activation(x: te.Tensor, inverse: te.Tensor, zero: te.Tensor, left: in
 def _channel_range(x: te.Tensor) -> te.Tensor:
     """x [n, c, t] -> [c, 2]: -min and max of each channel over the call, as one reduction of max(-x) and max(x)
     (negation is exact, so -max(-x) is min(x) bit for bit): the activations are read once, not once for the
-    minimum and again for the maximum."""
+    minimum and again for the maximum. A batch (n > 1) takes each row's pair first, then the largest over the rows:
+    every reduction then has one axis, the CPU RowReduction rule's shape (one reduction over the batch and the
+    length at once fell to a plain loop, 6x slower per value on a Zen 5: NOTES/performance.md "Batching")."""
     n, c, t = x.shape
     s = te.reduce_axis((0, t), "s")
-    single = isinstance(n, tirx.IntImm) and int(n) == 1  # then one reduction axis: the CPU RowReduction rule's shape
-    b = None if single else te.reduce_axis((0, n), "b")
+    if isinstance(n, tirx.IntImm) and int(n) == 1:
+        return te.compute((c, 2), lambda channel, j: _extreme(x, 0, channel, j, s), name="int8_range")
+    rows = te.compute((n, c, 2), lambda row, channel, j: _extreme(x, row, channel, j, s), name="int8_range_rows")
+    b = te.reduce_axis((0, n), "b")
+    return te.compute((c, 2), lambda channel, j: te.max(rows[b, channel, j], axis=[b]), name="int8_range")
 
-    def extremes(channel, j):
-        value = x[0 if single else b, channel, s]
-        return te.max(tirx.Select(j == 0, -value, value), axis=[s] if single else [b, s])
 
-    return te.compute((c, 2), extremes, name="int8_range")
+def _extreme(x: te.Tensor, row, channel, j, s):
+    """-min (j = 0) or max (j = 1) of x[row, channel, :] over the reduce axis s, as a max of the value or its
+    negation."""
+    value = x[row, channel, s]
+    return te.max(tirx.Select(j == 0, -value, value), axis=[s])
 
 
 def _pack_weights(rows: te.Tensor, scales: te.Tensor, row_scale: te.Tensor, zeros: te.Tensor) -> list[te.Tensor]:
