@@ -171,7 +171,7 @@ def _channel_range(x: te.Tensor) -> te.Tensor:
     (negation is exact, so -max(-x) is min(x) bit for bit): the activations are read once, not once for the
     minimum and again for the maximum. A batch (n > 1) takes each row's pair first, then the largest over the rows:
     every reduction then has one axis, the CPU RowReduction rule's shape (one reduction over the batch and the
-    length at once fell to a plain loop, 6x slower per value on a Zen 5: NOTES/performance.md "Batching")."""
+    length at once fell to a plain loop, about 10x slower per value on a Zen 5: NOTES/performance.md "Batching")."""
     n, c, t = x.shape
     s = te.reduce_axis((0, t), "s")
     if isinstance(n, tirx.IntImm) and int(n) == 1:
