@@ -238,10 +238,10 @@ def test_the_long_convs_are_timed_both_ways_and_the_faster_kept():
     # most multiply-adds first (the 11 taps, though given last), and nothing after the budget is spent: a thousandth
     # of a second lets one shape start and none after it (each takes far longer to build and time)
     decisions, measured = tuner.measure_frequency(
-        shapes[::-1], host_target(), module_seconds, lambda items: items, budget_s=1e-3
+        shapes[::-1], host_target(), module_seconds, lambda items, _unit: items, budget_s=1e-3
     )
     assert list(measured) == ["c64-k11-d1"]
-    assert tuner.measure_frequency(shapes, host_target(), module_seconds, lambda items: items, -1.0) == ({}, {})
+    assert tuner.measure_frequency(shapes, host_target(), module_seconds, lambda items, _unit: items, -1.0) == ({}, {})
     seconds = measured["c64-k11-d1"]["seconds"]
     faster = seconds["frequency"] < tuner.MARGIN * seconds["direct"]
     assert decisions == {"c64-k11-d1": [64, 48] if faster else None}

@@ -54,8 +54,8 @@ def tune_here(args: argparse.Namespace) -> int:
     model, _ = load_kmodel(args.weights, dtype=torch.float32)
     log.info("tuning %s on %s within %.0f s of measuring", ", ".join(precisions), tuning.cpu_identity(), args.budget)
 
-    def progress(items):
-        return tqdm(list(items), desc="tune", unit="class", disable=args.quiet)
+    def progress(items, unit: str):  # the long convs' shapes first, then the contraction classes
+        return tqdm(list(items), desc="tune", unit=f" {unit}", disable=args.quiet)
 
     record = tuner.tune(model, host_target(), precisions, args.budget, progress, module_seconds)
     if not record.tuned["measured"]:  # saved, it would shadow the committed record with no decision at all

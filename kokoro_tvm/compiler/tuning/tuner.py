@@ -91,12 +91,12 @@ def tune_functions(
     classes: dict[str, list[ContractionFunction]],
     target,
     budget_s: float,
-    progress: Callable[[Iterable], Iterable] = lambda items: items,
+    progress: Callable[[Iterable, str], Iterable] = lambda items, _unit: items,
 ) -> list[ClassResult]:
     """Classes largest share first until `budget_s` is spent (the rest keep the heuristic)."""
     search = candidates(cpu_geometry(target))
     start, results = time.perf_counter(), []
-    for key, share in progress(by_share(classes)):
+    for key, share in progress(by_share(classes), "class"):
         if time.perf_counter() - start > budget_s:
             log.info("tuning budget of %.0f s spent: %s and smaller classes keep the heuristic tile", budget_s, key)
             break
@@ -226,7 +226,8 @@ def measure_frequency(
     spent; one not timed is in neither dict (passes.frequency_conv.chosen_tiling: direct where the record timed
     others, the heuristic where it timed none)."""
     measured, start = {}, time.perf_counter()
-    for shape in progress(sorted(shapes, key=lambda s: -s.convs * s.steps * s.channels**2 * s.taps)):
+    by_work = sorted(shapes, key=lambda s: -s.convs * s.steps * s.channels**2 * s.taps)
+    for shape in progress(by_work, "conv shape"):
         if time.perf_counter() - start > budget_s:
             log.info("frequency-domain share of %.0f s spent: %s and smaller shapes not timed", budget_s, shape.key)
             break
@@ -291,7 +292,7 @@ def tune(
     `time_builds`, kokoro_tvm.compiled.module_seconds; None: not measured, the heuristic decides), then the
     TUNED_COMPONENTS' classes at every precision in `precisions` the CPU runs, within `budget_s` seconds of
     measuring. Returns the TuningRecord (not yet saved)."""
-    started, progress = time.perf_counter(), progress or (lambda items: items)
+    started, progress = time.perf_counter(), progress or (lambda items, _unit: items)
     arithmetics = [get_precision(p).arithmetic for p in precisions]
     modules = {component: imported(model, component) for component in TUNED_COMPONENTS}
     exported = time.perf_counter()
