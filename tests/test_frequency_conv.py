@@ -76,6 +76,29 @@ def test_one_symbolic_build_serves_every_length():
         assert _rel_l2(runner(x)[0], x, w, 1) <= REL_L2, steps
 
 
+@pytest.mark.parametrize("spectra", ["whole", "half"])
+def test_a_batch_is_its_rows_alone(spectra):
+    """A static batch of 3 at a symbolic length, through this CPU's pipeline (whole spectra at 64 channels) and
+    with half spectra forced: the utterances' tiles side by side on one tile axis (frequency_conv._frames), each
+    row the float64 conv of that row alone, and a zero row between random ones stays zero (no tile leaks into a
+    neighbour's)."""
+    batched = conv_module(CHANNELS, tvm.tirx.Var("n", "int64"), 11, 1, batch=3)
+    if spectra == "whole":
+        lifted = _lifted(batched)
+    else:
+        lifted = relax.transform.LiftTransformParams()(FrequencyDomainConvs(halved_above=0)(batched))
+    assert "spectral_product" in lifted.script()
+    w = _inputs(1, 11)[1]
+    runner = compile_and_load(lifted, params=[w], transform_params=TRANSFORM_PARAMS)
+    for seed, steps in enumerate((301, 40)):
+        rows = [_inputs(steps, 11, seed=seed + 1)[0], np.zeros((1, CHANNELS, steps), "float32")]
+        x = np.concatenate([*rows, _inputs(steps, 11, seed=seed + 7)[0]])
+        got = runner(x)[0]
+        assert got.shape == x.shape and not np.any(got[1]), steps
+        for row in (0, 2):
+            assert _rel_l2(got[row : row + 1], x[row : row + 1], w, 1) <= REL_L2, (steps, row)
+
+
 def test_the_weight_work_is_lifted_and_the_rows_padded():
     """main keeps the DFTs and the product; the kernel's spectrum (its matmuls by the tap phases and the
     [[Gr, -Gi], [Gi, Gr]] blocks) is made once, at load. With 6-row register tiles (AVX2) the product's rows are

@@ -42,12 +42,17 @@ def test_kernel_split_groups_fused_names_by_what_they_do():
         "fused_int8_conv1d9_int8_dequantize6_add76": 0.5,  # the int8 conv, its dequantization in the epilogue
         "int8_pack_x6": 0.25,
         "int8_range3": 0.125,
+        "frames": 0.125,  # a conv in the frequency domain: its frames, DFTs and product (passes.frequency_conv)
+        "forward_dft3": 0.25,
+        "spectral_product1": 0.5,
+        "inverse_dft": 0.125,
         "fused_lstm_step": 2.0,
         "vm.builtin.alloc_storage": 1.0,
     }
     split = kernel_split(times)
     assert split == {
         "convolution": 1.25,
+        "frequency-domain convolution": 1.0,
         "bf16 packing": 0.1875,
         "int8 packing": 0.25,
         "int8 ranges": 0.125,

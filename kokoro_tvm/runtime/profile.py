@@ -71,20 +71,23 @@ def compare(baseline: dict[str, float], other: dict[str, float], top: int = 15) 
 
 
 # What a kernel's fused name says it does, in the order asked: a conv (its epilogue and, in fp32 builds, the
-# elementwise work before it fused in), the bf16 or int8 packing of a conv's input (with the AdaIN / Snake work
-# fused in front of it), the int8 convs' per-call channel ranges, everything else.
+# elementwise work before it fused in), a conv in the frequency domain (compiler.passes.frequency_conv's four
+# kernels), the bf16 or int8 packing of a conv's input (with the AdaIN / Snake work fused in front of it), the int8
+# convs' per-call channel ranges, everything else.
 KERNEL_GROUPS = (
-    ("convolution", "conv1d"),
-    ("bf16 packing", "bf16_pack"),
-    ("int8 packing", "int8_pack"),
-    ("int8 ranges", "int8_range"),
+    ("convolution", ("conv1d",)),
+    ("frequency-domain convolution", ("frames", "forward_dft", "spectral_product", "inverse_dft")),
+    ("bf16 packing", ("bf16_pack",)),
+    ("int8 packing", ("int8_pack",)),
+    ("int8 ranges", ("int8_range",)),
 )
 
 
 def kernel_split(times: dict[str, float]) -> dict[str, float]:
-    """kernel_seconds' times summed by KERNEL_GROUPS (the first group whose mark is in the name), plus "other"."""
+    """kernel_seconds' times summed by KERNEL_GROUPS (the first group one of whose marks is in the name), plus
+    "other"."""
     split = {name: 0.0 for name, _ in KERNEL_GROUPS} | {"other": 0.0}
     for function, seconds in times.items():
-        group = next((name for name, mark in KERNEL_GROUPS if mark in function), "other")
+        group = next((name for name, marks in KERNEL_GROUPS if any(m in function for m in marks)), "other")
         split[group] += seconds
     return split

@@ -14,6 +14,10 @@ which the product's O-fold reuse pays for when k is long. Each step is a contrac
     inverse   y[o, t, q] = sum_(b, s) Y[b, s O' + o, t] E[2b + s, q] q < m: the valid outputs of tile t
 
 (O' >= O: on AVX2 each half of the product's rows is padded with zero rows to whole 6-row register tiles.)
+A batch of B utterances of T tiles each runs as one utterance of B T tiles: the frames are F[c, n, u, t], read as
+[C, N, B T] through a view, and y, viewed as [O, B, T m], is transposed to the conv's [B, O, T m]. Decoder at 256
+frames, batch 2 against two batch-1 calls, fp32 on the Zen 5: 1.09x where it ran every long conv direct at 1.24x
+(NOTES/performance.md, "Batching").
 A conv wider than HALF_SPECTRA_ABOVE channels keeps half those spectra, W[b] = [Gr, -Gi] (O' x 2C), and its
 forward DFT gives three rows per bin, Re, Im and -Re (j = 3 b + u), so that both halves of the product read the
 same weights: Y[b, h O' + o, t] = sum_(s, c) W[b, o, s C + c] X[c, 3b + h + s, t] is Gr Re - Gi Im for h = 0 and
@@ -128,15 +132,16 @@ def kernel_spectra(taps: int, dilation: int, points: int) -> tuple[np.ndarray, n
 
 
 def _frames(x: te.Tensor, points: int, step: int, tiles, left: int) -> te.Tensor:
-    """F[c, n, t] = x[0, c, t * step + n - left], zero outside x."""
+    """F[c, n, u, t] = x[u, c, t * step + n - left], zero outside x: utterance u's T = `tiles` tiles; reshaped to
+    [C, N, B T] (a view) the DFTs and the product run a batch as one wider utterance."""
     length = x.shape[2]
 
-    def value(c, n, t):
-        at = t * step + n - left
+    def value(c, n, utterance, tile):
+        at = tile * step + n - left
         inside = tirx.all(at >= 0, at < length)
-        return tirx.if_then_else(inside, x[0, c, tirx.if_then_else(inside, at, 0)], tirx.const(0, x.dtype))
+        return tirx.if_then_else(inside, x[utterance, c, tirx.if_then_else(inside, at, 0)], tirx.const(0, x.dtype))
 
-    return te.compute((x.shape[1], points, tiles), value, name="frames")
+    return te.compute((x.shape[1], points, x.shape[0], tiles), value, name="frames")
 
 
 def _forward(dft: te.Tensor, frames: te.Tensor) -> te.Tensor:
@@ -186,7 +191,7 @@ def _chosen(call, mutator, choose):
     """(N, m, dilation, left pad) for a conv1d the pass takes, or None."""
     attrs, x, w = call.attrs, call.args[0], call.args[1]
     w_shape, x_shape = static_shape(w), shape_of(x)
-    if w_shape is None or x_shape is None or x_shape[0] != 1 or int(attrs.groups) != 1:
+    if w_shape is None or x_shape is None or not isinstance(x_shape[0], int) or int(attrs.groups) != 1:
         return None
     if attrs.data_layout != "NCW" or attrs.kernel_layout != "OIW" or ints(attrs.strides) != [1]:
         return None
@@ -240,17 +245,22 @@ def _in_frequency_domain(call, mutator, choose, rows: int | None, halved_above: 
     tiles = (length + block - 1) // block * TILE_COLUMNS
     frames = builder.emit_te(_frames, x, points, step, tiles, left, primfunc_name_hint="frames")
     _keep_producers_out(builder, frames)
+    frames = builder.emit(relax.op.memory.view(frames, (channels, points, shape_of(x)[0] * tiles)))  # no copy
     spectra = builder.emit_te(_forward, forward, frames, primfunc_name_hint="forward_dft")
     mixed = builder.emit_te(_product, product, spectra, halves, primfunc_name_hint="spectral_product")
     full = builder.emit_te(_inverse, mixed, inverse, outputs, primfunc_name_hint="inverse_dft")
-    full = builder.emit(relax.op.reshape(full, (1, outputs, tiles * step)))
+    batch = shape_of(x)[0]
+    by_output = (1, outputs, tiles * step) if batch == 1 else (outputs, batch, tiles * step)
+    full = builder.emit(relax.op.memory.view(full, by_output))  # no copy, as the frames'
+    if batch > 1:  # utterance-major, as the conv's output
+        full = builder.emit(relax.op.permute_dims(full, [1, 0, 2]))
     return relax.op.strided_slice(full, axes=[2], begin=[0], end=[length], assume_inbound=True)
 
 
 def FrequencyDomainConvs(  # noqa: N802 (TVM pass naming)
     choose=None, rows: int | None = None, halved_above: int = HALF_SPECTRA_ABOVE
 ):
-    """Every float32 conv1d (one utterance, stride 1, no groups, output as long as the input, 64 channels or
+    """Every float32 conv1d (a static batch, stride 1, no groups, output as long as the input, 64 channels or
     more) by a kernel computed from the function's weights alone for whose taps, dilation, channels and length
     `choose` (default: `chosen_tiling`) gives tiles (N, m), as overlap-save products of N-point DFTs, from half
     spectra where the conv is wider than `halved_above` channels. `rows`: the register tile's rows where the

@@ -41,11 +41,11 @@ class ConvShape:
         return conv_key(self.channels, self.taps, self.dilation)
 
 
-def conv_module(channels: int, length, taps: int, dilation: int, dtype: str = "float32"):
-    """main(x [1, C, length]; w [C, C, taps]) = conv1d with 'same' padding, w a weight (num_input = 1); `length`
-    an int or a symbolic TIR variable."""
+def conv_module(channels: int, length, taps: int, dilation: int, dtype: str = "float32", batch: int = 1):
+    """main(x [batch, C, length]; w [C, C, taps]) = conv1d with 'same' padding, w a weight (num_input = 1);
+    `length` an int or a symbolic TIR variable."""
     builder = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, channels, length), dtype))
+    x = relax.Var("x", relax.TensorType((batch, channels, length), dtype))
     w = relax.Var("w", relax.TensorType((channels, channels, taps), dtype))
     with builder.function("main", [x, w], attrs={"num_input": 1}):
         with builder.dataflow():
