@@ -16,8 +16,8 @@ which the product's O-fold reuse pays for when k is long. Each step is a contrac
 (O' >= O: on AVX2 each half of the product's rows is padded with zero rows to whole 6-row register tiles.)
 A batch of B utterances of T tiles each runs as one utterance of B T tiles: the frames are F[c, n, u, t], read as
 [C, N, B T] through a view, and y, viewed as [O, B, T m], is transposed to the conv's [B, O, T m]. Decoder at 256
-frames, batch 2 against two batch-1 calls, fp32 on the Zen 5: 1.09x where it ran every long conv direct at 1.24x
-(NOTES/performance.md, "Batching").
+frames, batch 2 against two batch-1 calls, fp32 on the Zen 5: 1.05x, where it cost 1.24x with every long conv
+direct (NOTES/performance.md, "Batching").
 A conv wider than HALF_SPECTRA_ABOVE channels keeps half those spectra, W[b] = [Gr, -Gi] (O' x 2C), and its
 forward DFT gives three rows per bin, Re, Im and -Re (j = 3 b + u), so that both halves of the product read the
 same weights: Y[b, h O' + o, t] = sum_(s, c) W[b, o, s C + c] X[c, 3b + h + s, t] is Gr Re - Gi Im for h = 0 and
