@@ -22,6 +22,7 @@ from pathlib import Path
 
 CPUINFO = Path("/proc/cpuinfo")
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+MEMINFO = Path("/proc/meminfo")
 
 # /proc/cpuinfo flags that decide which kernels can run, widest last within each family.
 KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512vl", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
@@ -171,3 +172,13 @@ def amx_tiles() -> bool:
         return libc.syscall(SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
     except (OSError, AttributeError):
         return False
+
+
+def available_memory(meminfo: Path = MEMINFO) -> int | None:
+    """Bytes the kernel can give this process without swapping (/proc/meminfo's MemAvailable), or None where the
+    file or the field is missing (macOS, an old kernel)."""
+    try:
+        fields = _cpuinfo_fields(meminfo.read_text())
+        return int(fields["MemAvailable"].split()[0]) * 1024  # "12345678 kB"
+    except (OSError, KeyError, ValueError, IndexError):
+        return None

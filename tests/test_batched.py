@@ -128,11 +128,48 @@ def test_say_batch_bad_input_is_one_line_before_any_model(argv, message, capsys,
     assert not (tmp_path / "out").exists()
 
 
+def test_a_batch_the_memory_cannot_hold_is_refused_and_batch_one_never_is(tmp_path):
+    """runtime.kokoro.batch_memory_refusal at its measured rate (BATCH_BYTES_PER_ROW_FRAME): 16 rows of 1500
+    frames (37.5 s of speech each) need 21.3 GiB, refused with 20 GiB free; 2 rows of 256 frames fit; one row
+    always runs, and nothing is refused where the free memory is unknown. machine.available_memory reads
+    MemAvailable from a meminfo file, None where there is none."""
+    from kokoro_tvm.machine import MEMINFO, available_memory
+    from kokoro_tvm.runtime.kokoro import BATCH_BYTES_PER_ROW_FRAME, batch_memory_refusal
+
+    gib = 2**30
+    assert 16 * 1500 * BATCH_BYTES_PER_ROW_FRAME > 20 * gib > 2 * 256 * BATCH_BYTES_PER_ROW_FRAME
+    refusal = batch_memory_refusal(16, 1500, 20 * gib)
+    assert refusal is not None and "16 utterances of up to 1500 frames" in refusal and "20.0 GiB is free" in refusal
+    assert batch_memory_refusal(2, 256, 20 * gib) is None
+    assert batch_memory_refusal(1, 5120, 1) is None and batch_memory_refusal(16, 1500, None) is None
+    (tmp_path / "meminfo").write_text("MemTotal:       24576000 kB\nMemFree: 1000 kB\nMemAvailable:   20480000 kB\n")
+    assert available_memory(tmp_path / "meminfo") == 20480000 * 1024
+    assert available_memory(tmp_path / "none") is None
+    if MEMINFO.exists():  # this machine's: positive, under its total
+        total = int(MEMINFO.read_text().split("MemTotal:")[1].split()[0]) * 1024
+        assert 0 < available_memory() <= total
+
+
 TEXTS = (
     "Hi.",
     "The lighthouse keeper counted the ships that passed in the fog.",
     "Seven small boats.",
 )
+
+
+@pytest.mark.real
+def test_say_batch_refuses_a_batch_the_memory_cannot_hold_in_one_line(tmp_path, capsys, monkeypatch):
+    """The refusal reaches the command as one line, before the decoder runs and before any WAV is written, with
+    this machine's free memory read as 1 MiB (the one thing replaced: what the kernel reports)."""
+    import kokoro_tvm.runtime.kokoro as runtime
+
+    monkeypatch.setattr(runtime, "available_memory", lambda: 2**20)
+    (tmp_path / "lines.txt").write_text("\n".join(TEXTS) + "\n")
+    argv = ["-q", "say", "--batch", str(tmp_path / "lines.txt"), "-o", str(tmp_path / "out"), "--batch-size", "3"]
+    assert main([*argv, "--precision", "fp32"]) == 2
+    err = capsys.readouterr().err
+    assert "a batch of 3 utterances" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("out/*.wav"))
 
 
 def test_committed_batching_results_read_back_as_rows_against_batch_one(tmp_path):

@@ -20,6 +20,7 @@ import numpy as np
 from kokoro_tvm.artifacts import Artifact
 from kokoro_tvm.config import KOKORO_82M_CONFIG, SAMPLES_PER_FRAME, STYLE_DIM
 from kokoro_tvm.errors import InputError
+from kokoro_tvm.machine import available_memory
 from kokoro_tvm.reference.noise import NoiseSource, ZeroNoise
 from kokoro_tvm.reference.stages import Stages, alignment_from_durations, durations_from_logits
 from kokoro_tvm.runtime.buckets import BucketSet, DynamicLengths
@@ -30,6 +31,23 @@ log = logging.getLogger(__name__)
 
 ArtifactProvider = Callable[[str, int | None, int], Artifact]  # (component, length, batch); length None: symbolic
 N_TOKENS = KOKORO_82M_CONFIG["n_token"]  # rows of the token embeddings (ALBERT's and the text encoder's)
+# What one call of a batched decoder adds to the process per row and frame, the most measured: 927-929 KiB at batch
+# 16, 589-622 at batch 2, 231-254 at batch 1 (fp32, 256 frames a row, 2-core Zen 5, two runs; `python -m
+# kokoro_tvm.studies.batching --memory decoder:256 --batches 1,2,16`). A batch that needs more than the machine has left is refused before the
+# F0 and the decoder run, rather than killed by the kernel's OOM killer part way through.
+BATCH_BYTES_PER_ROW_FRAME = 929 * 1024
+
+
+def batch_memory_refusal(batch: int, frames: int, available: int | None) -> str | None:
+    """Why a CPU batch of `batch` rows padded to `frames` frames cannot run with `available` bytes free (None:
+    unknown, not checked), or None. Batch 1 is never refused: it is what every other way of running does."""
+    need = batch * frames * BATCH_BYTES_PER_ROW_FRAME
+    if batch == 1 or available is None or need <= available:
+        return None
+    return (
+        f"a batch of {batch} utterances of up to {frames} frames needs about {need / 2**30:.1f} GiB for the decoder "
+        f"and {available / 2**30:.1f} GiB is free: use a smaller batch size (--batch-size, synthesize_batch's batch)"
+    )
 
 
 class TVMKokoro:
@@ -115,6 +133,9 @@ class TVMKokoro:
         if frame_bucket is None and self.buckets is not None:
             frame_bucket = self.buckets.frame_bucket(n_frames)
         f_bucket = _bucket(frame_bucket, n_frames, "frame")
+        refusal = batch_memory_refusal(len(utterances), f_bucket, available_memory() if self.device == "cpu" else None)
+        if refusal:
+            raise InputError(refusal)
         frame_lengths = np.array([a.shape[0] for a in tokens.alignments], dtype=np.int64)
         en = [
             np.ascontiguousarray(d.transpose(0, 2, 1)[:, :, a])

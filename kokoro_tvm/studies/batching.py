@@ -7,7 +7,8 @@ Notebook 07's sentences (N spread over the corpus's lengths), one utterance each
 batch size runs the whole set once per round, the sizes interleaved within a round; the median round and the
 spread are reported, and the seconds spent in each component (summed over the set) in the median round. `--out`
 writes the result beside the per-CPU bench rows (kokoro_tvm/data/benchmarks/batching/), one file per CPU and
-precision.
+precision. `--memory COMPONENT:LENGTH` gives each batch size's peak memory instead (`peak_memory`), the figure
+behind runtime.kokoro.BATCH_BYTES_PER_ROW_FRAME.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import argparse
 import datetime
 import json
 import logging
+import multiprocessing
 import os
+import resource
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -182,6 +185,38 @@ def batch_cost(
     }
 
 
+def _one_call_memory(component: str, length: int, batch: int, precision: str) -> tuple[float, float]:
+    """In this process (a fresh one: `peak_memory`): peak resident MiB once the build is loaded, and after one call
+    on example inputs of `length` steps."""
+    import torch
+
+    from kokoro_tvm.compiler.build import BuildSpec, build
+    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+    from kokoro_tvm.weights.resolve import load_kmodel
+
+    model, info = load_kmodel()
+    spec = BuildSpec.dynamic(component, "float32", get_precision(precision).arithmetic, batch=batch)
+    runner = ComponentRunner(build(model, info.fingerprint, spec))
+    inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, batch), torch.float32)]
+    tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
+    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    runner.run_on_device(*tensors)
+    return loaded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_memory(component: str, length: int, batches: list[int], precision: str = "fp32") -> list[dict]:
+    """Per batch size, in a fresh process each (a process's peak never falls): `component`'s build loaded, then
+    one call with every row `length` steps long: peak resident MiB at both points, and what the call added per
+    row and step (KiB, `kib_per_step`), the figure that sizes a batch of long utterances."""
+    rows = []
+    with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        for batch in batches:
+            loaded, peak = pool.apply(_one_call_memory, (component, length, batch, precision))
+            added = round((peak - loaded) * 1024 / (batch * length))
+            rows.append({"batch": batch, "loaded_mib": round(loaded), "peak_mib": round(peak), "kib_per_step": added})
+    return rows
+
+
 def save(result: dict, folder: Path = FOLDER) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{Path(result['record']).stem}-{result['precision']}.json"
@@ -223,14 +258,19 @@ def main(argv=None):
     parser.add_argument("--out", nargs="?", const=FOLDER, type=Path, help=f"write the result here ({FOLDER})")
     parser.add_argument("--cost", help="COMPONENT:LENGTH:BATCH: batch_cost instead (--rounds calls), JSON on stdout")
     parser.add_argument("--split", action="store_true", help="with --cost: each build's time by kernel group")
+    parser.add_argument("--memory", help="COMPONENT:LENGTH: peak_memory at --batches instead, JSON on stdout")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    batches = [int(b) for b in args.batches.split(",")]
+    if args.memory:
+        component, length = args.memory.split(":")
+        print(json.dumps(peak_memory(component, int(length), batches, args.precision), indent=1))  # noqa: T201
+        return
     if args.cost:
         component, length, batch = args.cost.split(":")
         cost = batch_cost(component, int(length), int(batch), args.rounds, args.precision, args.split)
         print(json.dumps(cost, indent=1))  # noqa: T201
         return
-    batches = [int(b) for b in args.batches.split(",")]
     result = measure(args.precision, batches, args.sentences, args.rounds)
     if args.out:
         log.info("written to %s", save(result, args.out))
