@@ -130,7 +130,7 @@ def test_say_batch_bad_input_is_one_line_before_any_model(argv, message, capsys,
 
 def test_a_batch_the_memory_cannot_hold_is_refused_and_batch_one_never_is(tmp_path):
     """runtime.kokoro.batch_memory_refusal at its measured rate (BATCH_BYTES_PER_ROW_FRAME): 16 rows of 1500
-    frames (37.5 s of speech each) need 21.3 GiB, refused with 20 GiB free; 2 rows of 256 frames fit; one row
+    frames (37.5 s of speech each) need 22.0 GiB, refused with 20 GiB free; 2 rows of 256 frames fit; one row
     always runs, and nothing is refused where the free memory is unknown. machine.available_memory reads
     MemAvailable from a meminfo file, None where there is none."""
     from kokoro_tvm.machine import MEMINFO, available_memory

@@ -31,11 +31,12 @@ log = logging.getLogger(__name__)
 
 ArtifactProvider = Callable[[str, int | None, int], Artifact]  # (component, length, batch); length None: symbolic
 N_TOKENS = KOKORO_82M_CONFIG["n_token"]  # rows of the token embeddings (ALBERT's and the text encoder's)
-# What one call of a batched decoder adds to the process per row and frame, the most measured: 927-929 KiB at batch
-# 16, 589-622 at batch 2, 231-254 at batch 1 (fp32, 256 frames a row, 2-core Zen 5, two runs; `python -m
-# kokoro_tvm.studies.batching --memory decoder:256 --batches 1,2,16`). A batch that needs more than the machine has
-# left is refused before the F0 and the decoder run, rather than killed by the kernel's OOM killer part way through.
-BATCH_BYTES_PER_ROW_FRAME = 929 * 1024
+# What one call of a batched decoder adds to the process per row and frame: fp32 927-931 KiB at batch 16, 589-622
+# at batch 2, 231-254 at batch 1 (256 frames a row, 2-core Zen 5, three runs; `python -m kokoro_tvm.studies.batching
+# --memory decoder:256 --batches 1,2,16`); bf16 and int8 at most 546 at any batch. fp32's largest, 3% over for the
+# spread between runs. A batch that needs more than the machine has left is refused before the F0 and the decoder
+# run, rather than killed by the kernel's OOM killer part way through.
+BATCH_BYTES_PER_ROW_FRAME = 960 * 1024
 
 
 def batch_memory_refusal(batch: int, frames: int, available: int | None) -> str | None:

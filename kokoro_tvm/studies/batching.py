@@ -185,9 +185,9 @@ def batch_cost(
     }
 
 
-def _one_call_memory(component: str, length: int, batch: int, precision: str) -> tuple[float, float]:
+def _one_call_memory(component: str, length: int, batch: int, precision: str, measure: bool = True):
     """In this process (a fresh one: `peak_memory`): peak resident MiB once the build is loaded, and after one call
-    on example inputs of `length` steps."""
+    on example inputs of `length` steps; with `measure` False, only the build (into the cache)."""
     import torch
 
     from kokoro_tvm.compiler.build import BuildSpec, build
@@ -196,7 +196,10 @@ def _one_call_memory(component: str, length: int, batch: int, precision: str) ->
 
     model, info = load_kmodel()
     spec = BuildSpec.dynamic(component, "float32", get_precision(precision).arithmetic, batch=batch)
-    runner = ComponentRunner(build(model, info.fingerprint, spec))
+    artifact = build(model, info.fingerprint, spec)
+    if not measure:
+        return None
+    runner = ComponentRunner(artifact)
     inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, batch), torch.float32)]
     tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
@@ -205,12 +208,14 @@ def _one_call_memory(component: str, length: int, batch: int, precision: str) ->
 
 
 def peak_memory(component: str, length: int, batches: list[int], precision: str = "fp32") -> list[dict]:
-    """Per batch size, in a fresh process each (a process's peak never falls): `component`'s build loaded, then
-    one call with every row `length` steps long: peak resident MiB at both points, and what the call added per
-    row and step (KiB, `kib_per_step`), the figure that sizes a batch of long utterances."""
+    """Per batch size, in a fresh process each (a process's peak never falls; the build made first in another, so
+    that building's peak is not counted): `component`'s build loaded, then one call with every row `length` steps
+    long: peak resident MiB at both points, and what the call added per row and step (KiB, `kib_per_step`), the
+    figure that sizes a batch of long utterances."""
     rows = []
     with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
         for batch in batches:
+            pool.apply(_one_call_memory, (component, length, batch, precision, False))
             loaded, peak = pool.apply(_one_call_memory, (component, length, batch, precision))
             added = round((peak - loaded) * 1024 / (batch * length))
             rows.append({"batch": batch, "loaded_mib": round(loaded), "peak_mib": round(peak), "kib_per_step": added})
