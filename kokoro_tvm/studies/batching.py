@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import resource
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -185,6 +186,11 @@ def batch_cost(
     }
 
 
+def _peak_mib() -> float:
+    """This process's peak resident memory so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (2**20 if sys.platform == "darwin" else 1024)
+
+
 def _one_call_memory(component: str, length: int, batch: int, precision: str, measure: bool = True):
     """In this process (a fresh one: `peak_memory`): peak resident MiB once the build is loaded, and after one call
     on example inputs of `length` steps; with `measure` False, only the build (into the cache)."""
@@ -202,9 +208,9 @@ def _one_call_memory(component: str, length: int, batch: int, precision: str, me
     runner = ComponentRunner(artifact)
     inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, batch), torch.float32)]
     tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
-    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    loaded = _peak_mib()
     runner.run_on_device(*tensors)
-    return loaded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return loaded, _peak_mib()
 
 
 def peak_memory(component: str, length: int, batches: list[int], precision: str = "fp32") -> list[dict]:
