@@ -133,6 +133,20 @@ def measure(precision: str, batches: list[int], n_sentences: int = 20, rounds: i
     }
 
 
+def _component_call(model, fingerprint: str, component: str, length: int, batch: int, precision: str):
+    """(runner, device tensors): `component`'s symbolic build for `batch` at `precision` (from the cache, built
+    there if missing) and its example inputs of `length` steps in every row, the tile count included."""
+    import torch
+
+    from kokoro_tvm.compiler.build import BuildSpec, build
+    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
+
+    spec = BuildSpec.dynamic(component, "float32", get_precision(precision).arithmetic, batch=batch)
+    runner = ComponentRunner(build(model, fingerprint, spec))
+    inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, batch), torch.float32)]
+    return runner, runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
+
+
 def batch_cost(
     component: str, length: int, batch: int, runs: int = 5, precision: str = "fp32", split: bool = False
 ) -> dict:
@@ -142,20 +156,12 @@ def batch_cost(
     NOTES/performance.md): median seconds and spread of each, and their ratio. Whether batching itself costs or
     buys anything once padding is out of the picture. With `split`, also where each spends it: every kernel
     timed (runtime.profile.kernel_seconds, the batch-1 build's times `batch`-fold) and summed by kernel_split."""
-    import torch
-
-    from kokoro_tvm.compiler.build import BuildSpec, build
-    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
     from kokoro_tvm.weights.resolve import load_kmodel
 
     model, info = load_kmodel()
-    arithmetic = get_precision(precision).arithmetic
     calls = {}
     for b in (1, batch):
-        spec = BuildSpec.dynamic(component, "float32", arithmetic, batch=b)
-        runner = ComponentRunner(build(model, info.fingerprint, spec))
-        inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, b), torch.float32)]
-        tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
+        runner, tensors = _component_call(model, info.fingerprint, component, length, b, precision)
         runner.run_on_device(*tensors)  # warm-up
         calls[b] = (runner, tensors, batch // b)
     seconds: dict[int, list] = {1: [], batch: []}
@@ -194,20 +200,12 @@ def _peak_mib() -> float:
 def _one_call_memory(component: str, length: int, batch: int, precision: str, measure: bool = True):
     """In this process (a fresh one: `peak_memory`): peak resident MiB once the build is loaded, and after one call
     on example inputs of `length` steps; with `measure` False, only the build (into the cache)."""
-    import torch
-
-    from kokoro_tvm.compiler.build import BuildSpec, build
-    from kokoro_tvm.compiler.export import ComponentShape, example_inputs
     from kokoro_tvm.weights.resolve import load_kmodel
 
     model, info = load_kmodel()
-    spec = BuildSpec.dynamic(component, "float32", get_precision(precision).arithmetic, batch=batch)
-    artifact = build(model, info.fingerprint, spec)
+    runner, tensors = _component_call(model, info.fingerprint, component, length, batch, precision)
     if not measure:
         return None
-    runner = ComponentRunner(artifact)
-    inputs = [x.numpy() for x in example_inputs(ComponentShape(component, length, batch), torch.float32)]
-    tensors = runner.device_inputs(*inputs) + [runner.shape(tile_count(length))]
     loaded = _peak_mib()
     runner.run_on_device(*tensors)
     return loaded, _peak_mib()
